@@ -1,0 +1,40 @@
+# The two commands of the README: `make demo` and `make test`. Both create .venv on first use.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+export HF_HUB_OFFLINE ?= 1
+export TRANSFORMERS_OFFLINE ?= 1
+export HF_DATASETS_OFFLINE ?= 1
+export TOKENIZERS_PARALLELISM ?= false
+
+.PHONY: demo test test-slow lint bench clean
+
+$(BIN)/activate:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+
+# torch first, pinned: a plain `torch` requirement on a fresh venv would pull a multi-GB CUDA build.
+$(VENV)/.installed: $(BIN)/activate pyproject.toml
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed-dev: $(VENV)/.installed
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+demo: $(VENV)/.installed
+	$(BIN)/embedkit evaluate --dataset scifact --output runs
+
+test: $(VENV)/.installed-dev
+	$(BIN)/ruff check embedkit tests benchmarks examples
+	$(BIN)/python -m pytest -m "not slow"
+
+test-slow: $(VENV)/.installed-dev
+	$(BIN)/python -m pytest -m slow
+
+bench: $(VENV)/.installed-dev
+	$(BIN)/python benchmarks/encode.py
+
+clean:
+	rm -rf $(VENV) runs .cache

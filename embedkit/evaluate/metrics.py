@@ -1,0 +1,45 @@
+"""Retrieval metrics from pytrec_eval, keyed the MTEB way (``ndcg_at_10``), averaged the BEIR/MTEB way."""
+
+from __future__ import annotations
+
+import pytrec_eval
+
+from embedkit.protocols import Qrels, Run
+from embedkit.search.trec import ranked
+
+# pytrec_eval measure -> (cut-offs, MTEB key prefix)
+MEASURES = {
+    "ndcg_cut": ((1, 3, 5, 10, 100), "ndcg_at"),
+    "map_cut": ((100,), "map_at"),
+    "recall": ((10, 100, 1000), "recall_at"),
+    "P": ((10,), "precision_at"),
+}
+MRR_CUTOFFS = (10,)
+METRIC_NAMES = [f"{prefix}_{k}" for cuts, prefix in MEASURES.values() for k in cuts] + [
+    f"mrr_at_{k}" for k in MRR_CUTOFFS
+]
+
+
+def reciprocal_rank(relevant: set[str], hits: dict[str, float], cutoff: int) -> float:
+    """1/rank of the first relevant hit in the top ``cutoff`` (ties broken by doc id descending, as pytrec_eval)."""
+    for rank, (doc_id, _) in enumerate(ranked(hits)[:cutoff], start=1):
+        if doc_id in relevant:
+            return 1.0 / rank
+    return 0.0
+
+
+def compute_metrics(qrels: Qrels, run: Run) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+    """Mean and per-query metrics over the judged queries that have results (BEIR's and MTEB's convention)."""
+    measures = {f"{name}.{','.join(map(str, cuts))}" for name, (cuts, _) in MEASURES.items()}
+    evaluator = pytrec_eval.RelevanceEvaluator(qrels, measures)
+    raw = evaluator.evaluate(run)
+    per_query: dict[str, dict[str, float]] = {}
+    for query_id, scores in raw.items():
+        row = {f"{prefix}_{k}": scores[f"{name}_{k}"] for name, (cuts, prefix) in MEASURES.items() for k in cuts}
+        relevant = {doc for doc, grade in qrels[query_id].items() if grade > 0}
+        for k in MRR_CUTOFFS:
+            row[f"mrr_at_{k}"] = reciprocal_rank(relevant, run[query_id], k)
+        per_query[query_id] = row
+    count = max(1, len(per_query))
+    means = {name: sum(row[name] for row in per_query.values()) / count for name in METRIC_NAMES}
+    return means, per_query

@@ -1,0 +1,107 @@
+"""EmbeddingModel: a sentence-transformers stack plus the settings that decide its embeddings."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from sentence_transformers import SentenceTransformer
+
+from embedkit.data.beir import doc_text
+
+
+class EmbeddingModel:
+    """Encodes queries and documents (the BEIR protocol) with recorded, reproducible settings.
+
+    The network is a plain ``SentenceTransformer`` (``.st``), so anything that library does with a model,
+    saving, training and model cards included, works on it unchanged.
+    """
+
+    def __init__(
+        self,
+        st: SentenceTransformer,
+        *,
+        name: str,
+        local_path: Path | None,
+        revision: str | None,
+        pooling: str,
+        query_prompt: str,
+        document_prompt: str,
+        normalize: bool,
+        dtype: str,
+        device: str,
+        batch_tokens: int | None = None,
+    ) -> None:
+        self.st = st
+        self.name = name
+        self.local_path = local_path
+        self.revision = revision
+        self.pooling = pooling
+        self.query_prompt = query_prompt
+        self.document_prompt = document_prompt
+        self.normalize = normalize
+        self.dtype = dtype
+        self.device = device
+        self.batch_tokens = batch_tokens or (4096 if device == "cpu" else 65536)
+
+    @property
+    def max_length(self) -> int:
+        return int(self.st.max_seq_length)
+
+    @property
+    def dim(self) -> int:
+        return int(self.st.get_embedding_dimension())
+
+    @cached_property
+    def weights_sha256(self) -> str | None:
+        """Content hash of the weight files of a local model (the revision of a model that has no Hub id)."""
+        if self.local_path is None:
+            return None
+        files = sorted(self.local_path.glob("*.safetensors")) or sorted(self.local_path.glob("*.bin"))
+        if not files:
+            return None
+        digest = hashlib.sha256()
+        for file in files:
+            with open(file, "rb") as handle:
+                while block := handle.read(1 << 20):
+                    digest.update(block)
+        return digest.hexdigest()
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        """Everything that changes the embeddings, as recorded in manifests, indexes and reports."""
+        return {
+            "model": self.name,
+            "revision": self.revision,
+            "weights_sha256": self.weights_sha256,
+            "pooling": self.pooling,
+            "query_prompt": self.query_prompt,
+            "document_prompt": self.document_prompt,
+            "max_length": self.max_length,
+            "normalize": self.normalize,
+            "dtype": self.dtype,
+            "dim": self.dim,
+        }
+
+    def encode(
+        self, texts: Sequence[str], prompt: str = "", show_progress: bool | None = None, progress: Any = None
+    ) -> np.ndarray:
+        """Embed ``texts`` (float32, one row per text) in length-sorted, token-budget batches."""
+        from embedkit.encode.batching import encode_texts
+
+        return encode_texts(self, list(texts), prompt=prompt, show_progress=show_progress, progress=progress)
+
+    def encode_queries(self, queries: Sequence[str], **kwargs: Any) -> np.ndarray:
+        return self.encode(queries, prompt=self.query_prompt, show_progress=kwargs.get("show_progress"))
+
+    def encode_corpus(self, corpus: Any, **kwargs: Any) -> np.ndarray:
+        """Embed documents given as dicts with ``title``/``text`` or as a ``datasets.Dataset``."""
+        texts = [doc_text(doc) for doc in corpus]
+        return self.encode(texts, prompt=self.document_prompt, show_progress=kwargs.get("show_progress"))
+
+    def __repr__(self) -> str:
+        return f"EmbeddingModel({self.settings})"

@@ -1,0 +1,53 @@
+"""Dense retrieval: encode queries, search the FAISS index, return a ``Run``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from embedkit.index.faiss_index import Index
+from embedkit.models.embedding_model import EmbeddingModel
+from embedkit.protocols import Run
+
+
+def dense_search(
+    model: EmbeddingModel,
+    index: Index,
+    queries: dict[str, str],
+    k: int = 1000,
+    *,
+    ignore_identical_ids: bool = False,
+    nprobe: int | None = None,
+    ef_search: int | None = None,
+) -> Run:
+    """Top-``k`` documents per query; with ``ignore_identical_ids`` a hit whose id equals the query id is dropped
+    (BEIR's rule for ArguAna and Quora), searching one deeper so ``k`` hits remain."""
+    query_ids = list(queries)
+    vectors = model.encode_queries([queries[q] for q in query_ids])
+    depth = k + 1 if ignore_identical_ids else k
+    scores, hits = index.search(vectors, depth, nprobe=nprobe, ef_search=ef_search)
+    run: Run = {}
+    for query_id, row_scores, row_ids in zip(query_ids, scores, hits):
+        pairs = [(d, float(s)) for d, s in zip(row_ids, row_scores) if not (ignore_identical_ids and d == query_id)]
+        run[query_id] = dict(pairs[:k])
+    return run
+
+
+@dataclass
+class DenseSearcher:
+    """A model and an index as one ``Searcher`` (see ``embedkit.protocols``)."""
+
+    model: EmbeddingModel
+    index: Index
+    ignore_identical_ids: bool = False
+    params: dict[str, int] = field(default_factory=dict)
+
+    def search(self, queries: dict[str, str], k: int) -> Run:
+        return dense_search(
+            self.model,
+            self.index,
+            queries,
+            k,
+            ignore_identical_ids=self.ignore_identical_ids,
+            nprobe=self.params.get("nprobe"),
+            ef_search=self.params.get("efSearch"),
+        )

@@ -1,0 +1,104 @@
+"""Shared fixtures: the real default model, real SciFact, and its embeddings encoded once and cached on disk."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SCIFACT = (REPO.parent / "shared" / "data" / "beir" / "scifact").resolve()
+# Survives between local runs (gitignored); a clean clone encodes SciFact once per session.
+TEST_CACHE = REPO / ".cache" / "embeddings"
+
+
+@pytest.fixture(scope="session")
+def scifact_path() -> Path:
+    assert SCIFACT.is_dir(), f"SciFact is expected at {SCIFACT}"
+    return SCIFACT
+
+
+@pytest.fixture(scope="session")
+def scifact(scifact_path):
+    from embedkit import load_dataset
+
+    return load_dataset(scifact_path)
+
+
+@pytest.fixture(scope="session")
+def default_model():
+    from embedkit import load_model
+
+    return load_model(device="cpu")
+
+
+@pytest.fixture(scope="session")
+def scifact_report(default_model, scifact):
+    """The default model evaluated on all of SciFact test (encodes the corpus once, then cached)."""
+    from embedkit import evaluate
+
+    return evaluate(default_model, scifact, split="test", cache_dir=TEST_CACHE)
+
+
+@pytest.fixture(scope="session")
+def scifact_embeddings(scifact_report):
+    from embedkit import EmbeddingsFolder
+
+    return EmbeddingsFolder.open(scifact_report["embeddings_cache"]["path"])
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "wt", encoding="utf-8") as handle:
+        for row in rows:
+            handle.write(json.dumps(row) + "\n")
+    return path
+
+
+def write_qrels(path: Path, rows: list[tuple[str, str, int]]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = ["query-id\tcorpus-id\tscore"] + [f"{q}\t{d}\t{s}" for q, d, s in rows]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture(scope="session")
+def scifact_subset(tmp_path_factory, scifact) -> Path:
+    """A small real BEIR folder: 20 SciFact test queries, their relevant docs, and 280 other documents."""
+    folder = tmp_path_factory.mktemp("scifact-subset")
+    qrels = scifact.qrels("test")
+    query_ids = list(qrels)[:20]
+    relevant = {doc for q in query_ids for doc in qrels[q]}
+    corpus = scifact.corpus
+    docs = [row for row in corpus if row["_id"] in relevant]
+    docs += [row for row in corpus.select(range(300)) if row["_id"] not in relevant][: 300 - len(docs)]
+    write_jsonl(folder / "corpus.jsonl", docs)
+    write_jsonl(folder / "queries.jsonl", [{"_id": q, "text": scifact.queries[q]} for q in query_ids])
+    write_qrels(folder / "qrels" / "test.tsv", [(q, d, s) for q in query_ids for d, s in qrels[q].items()])
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_bert(tmp_path_factory) -> Path:
+    """A 2-layer BERT built from a config (random weights) with the default model's tokenizer."""
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    from embedkit.models.loading import default_model_path
+
+    folder = tmp_path_factory.mktemp("tiny-bert")
+    config = BertConfig(
+        vocab_size=30522, hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128
+    )
+    model = BertModel(config)
+    model.save_pretrained(folder)
+    AutoTokenizer.from_pretrained(default_model_path()).save_pretrained(folder)
+    return folder

@@ -1,0 +1,137 @@
+"""The embedkit command end to end on real data, and its one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+CLI = [sys.executable, "-c", "from embedkit.cli import main; main()"]
+VERBS = ("encode", "index", "search", "evaluate")
+
+
+def embedkit(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*CLI, *map(str, args)], capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("verb", VERBS)
+def test_help_shows_an_example(verb):
+    result = embedkit(verb, "--help")
+    assert result.returncode == 0 and f"Example: embedkit {verb}" in result.stdout
+
+
+@pytest.fixture(scope="module")
+def pipeline(scifact_subset, tmp_path_factory):
+    """encode -> index -> search -> evaluate through the CLI on a 300-document slice of SciFact."""
+    work = tmp_path_factory.mktemp("cli")
+    steps = [
+        ("encode", "--dataset", scifact_subset, "--output", work / "emb"),
+        ("index", "--embeddings", work / "emb", "--output", work / "idx", "--factory", "HNSW32"),
+        (
+            "search",
+            "--index",
+            work / "idx",
+            "--dataset",
+            scifact_subset,
+            "--split",
+            "test",
+            "-k",
+            "100",
+            "--output",
+            work / "run.trec",
+        ),
+        ("evaluate", "--dataset", scifact_subset, "--output", work / "reports", "--cache-dir", work / "cache"),
+    ]
+    results = [embedkit(*step) for step in steps]
+    return work, results
+
+
+def test_pipeline_commands_succeed(pipeline):
+    _, results = pipeline
+    for result in results:
+        assert result.returncode == 0, result.stderr
+
+
+def test_evaluate_writes_the_report_folder(pipeline, scifact_subset):
+    work, results = pipeline
+    folder = work / "reports" / f"{scifact_subset.name}__all-MiniLM-L6-v2__Flat__test"
+    assert sorted(p.name for p in folder.iterdir()) == ["per_query.json", "report.json", "report.md", "run.trec"]
+    report = json.loads((folder / "report.json").read_text())
+    assert report["model"]["model"] == "sentence-transformers/all-MiniLM-L6-v2"
+    assert report["retriever"] == {
+        "type": "dense",
+        "factory": "Flat",
+        "metric": "ip",
+        "search_params": {},
+        "k": 1000,
+        "ignore_identical_ids": False,
+    }
+    assert {"torch", "faiss-cpu", "sentence-transformers", "transformers"} <= set(report["library_versions"])
+    assert report["dataset"]["doc_text"].startswith("(title + ' ' + text)")
+    assert len(json.loads((folder / "per_query.json").read_text())) == 20
+    assert f"{report['metrics']['ndcg_at_10']:.4f}" in (folder / "report.md").read_text()
+    assert "nDCG@10 = " in results[-1].stdout
+
+
+def test_search_run_scores_like_evaluate(pipeline):
+    """The HNSW index searched by the CLI gives (nearly) the exact Flat evaluation's run on 300 documents."""
+    from embedkit import compute_metrics, load_dataset, read_run
+
+    work, _ = pipeline
+    report = json.loads(next((work / "reports").glob("*/report.json")).read_text())
+    data = load_dataset(report["dataset"]["path"])
+    metrics, _ = compute_metrics(data.qrels("test"), read_run(work / "run.trec"))
+    assert metrics["ndcg_at_10"] == pytest.approx(report["metrics"]["ndcg_at_10"], abs=0.01)
+
+
+def _one_line_error(result: subprocess.CompletedProcess, *fragments: str) -> None:
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("embedkit: error: "), result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0]
+
+
+def test_malformed_json_line(tmp_path):
+    (tmp_path / "corpus.jsonl").write_text('{"_id": "1", "text": "ok"}\n{"_id": "2", "text": "bad\n')
+    result = embedkit("encode", "--corpus", tmp_path / "corpus.jsonl", "--output", tmp_path / "e")
+    _one_line_error(result, f"{tmp_path / 'corpus.jsonl'}:2: malformed JSON")
+
+
+def test_missing_dataset_file(tmp_path):
+    result = embedkit("evaluate", "--dataset", tmp_path / "nope", "--output", tmp_path / "r")
+    _one_line_error(result, "no such dataset folder")
+
+
+def test_unknown_factory(pipeline, tmp_path):
+    work, _ = pipeline
+    result = embedkit("index", "--embeddings", work / "emb", "--output", tmp_path / "i", "--factory", "IVFoops")
+    _one_line_error(result, "factory string 'IVFoops'")
+
+
+def test_wrong_dimension_between_model_and_index(pipeline, tiny_bert, tmp_path):
+    work, _ = pipeline
+    result = embedkit(
+        "search", "--index", work / "idx", "--queries", Path(work.parent) / "q.jsonl", "--output", tmp_path / "r.trec"
+    )
+    _one_line_error(result, "q.jsonl: no such file")
+    queries = tmp_path / "q.jsonl"
+    queries.write_text('{"_id": "q", "text": "a query"}\n')
+    result = embedkit(
+        "search", "--index", work / "idx", "--queries", queries, "--model", tiny_bert, "--output", tmp_path / "r.trec"
+    )
+    _one_line_error(result, "built with another model", "dim: index 384, model 64")
+
+
+def test_index_missing_docid(pipeline, tmp_path):
+    import shutil
+
+    work, _ = pipeline
+    broken = tmp_path / "idx"
+    shutil.copytree(work / "idx", broken)
+    (broken / "docid").unlink()
+    result = embedkit("search", "--index", broken, "--queries", broken / "x.jsonl", "--output", tmp_path / "r")
+    _one_line_error(result, "has no 'docid' file")

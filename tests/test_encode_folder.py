@@ -1,0 +1,92 @@
+"""Streaming a corpus to shards: resume after a real SIGKILL, cache hits, and refusing mixed settings."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from embedkit import EmbeddingsFolder, EmbedkitError, encode_to_folder, load_model
+
+CLI = [sys.executable, "-c", "from embedkit.cli import main; main()"]
+
+
+def _encode(corpus: Path, output: Path, *extra: str) -> subprocess.Popen:
+    args = [*CLI, "encode", "--corpus", str(corpus), "--output", str(output), "--shard-size", "32", *extra]
+    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy())
+
+
+def _complete_shards(folder: Path) -> int:
+    try:
+        return len(json.loads((folder / "manifest.json").read_text())["shards"])
+    except (FileNotFoundError, json.JSONDecodeError):
+        return 0
+
+
+def test_killed_encode_resumes_to_identical_embeddings(scifact_subset, tmp_path):
+    """Acceptance: SIGKILL part-way, rerun, identical to an uninterrupted run; a third run encodes nothing."""
+    corpus = scifact_subset / "corpus.jsonl"
+    whole, resumed = tmp_path / "whole", tmp_path / "resumed"
+    assert _encode(corpus, whole).wait() == 0
+
+    victim = _encode(corpus, resumed)
+    deadline = time.time() + 300
+    while _complete_shards(resumed) < 2 and time.time() < deadline and victim.poll() is None:
+        time.sleep(0.05)
+    assert victim.poll() is None, "the encode finished before it could be killed"
+    os.kill(victim.pid, signal.SIGKILL)
+    victim.wait()
+    done_before = _complete_shards(resumed)
+    manifest = json.loads((resumed / "manifest.json").read_text())
+    assert 2 <= done_before < manifest["num_shards"] and manifest["complete"] is False
+
+    second = _encode(corpus, resumed)
+    out, err = second.communicate()
+    assert second.returncode == 0, err
+    assert f"({manifest['num_shards'] - done_before} shards encoded now)" in out
+
+    a, b = EmbeddingsFolder.open(whole), EmbeddingsFolder.open(resumed)
+    assert b.complete and a.ids() == b.ids()
+    assert np.array_equal(a.embeddings(), b.embeddings())
+
+    third = _encode(corpus, resumed)
+    out, _ = third.communicate()
+    assert third.returncode == 0 and "(0 shards encoded now)" in out
+
+
+def test_manifest_records_settings_ids_and_checksums(scifact, default_model, tmp_path):
+    docs = [scifact.corpus[i] for i in range(40)]
+    folder = encode_to_folder(default_model, docs, tmp_path / "e", shard_size=16)
+    manifest = folder.manifest
+    assert manifest["settings"] == default_model.settings and manifest["count"] == 40
+    assert [s["count"] for s in manifest["shards"]] == [16, 16, 8]
+    assert all(len(s["sha256"]) == 64 for s in manifest["shards"])
+    assert folder.ids() == [d["_id"] for d in docs]
+    assert np.allclose(folder.embeddings(), default_model.encode_corpus(docs), atol=1e-5)
+    assert encode_to_folder(default_model, docs, tmp_path / "e", shard_size=16).encoded_shards == 0
+
+
+def test_other_settings_are_refused_unless_overwritten(scifact, default_model, tmp_path):
+    docs = [scifact.corpus[i] for i in range(8)]
+    encode_to_folder(default_model, docs, tmp_path / "e", shard_size=4)
+    short = load_model(max_length=32, device="cpu")
+    with pytest.raises(EmbedkitError, match=r"other settings \(differs in: settings.max_length\)"):
+        encode_to_folder(short, docs, tmp_path / "e", shard_size=4)
+    redone = encode_to_folder(short, docs, tmp_path / "e", shard_size=4, overwrite=True)
+    assert redone.encoded_shards == 2 and redone.settings["max_length"] == 32
+
+
+def test_corrupted_shard_is_re_encoded(scifact, default_model, tmp_path):
+    docs = [scifact.corpus[i] for i in range(8)]
+    first = encode_to_folder(default_model, docs, tmp_path / "e", shard_size=4)
+    np.save(tmp_path / "e" / "shard-00001.npy", np.zeros((4, 384), dtype=np.float32))
+    second = encode_to_folder(default_model, docs, tmp_path / "e", shard_size=4)
+    assert second.encoded_shards == 1
+    assert np.array_equal(first.embeddings(), second.embeddings())

@@ -1,0 +1,98 @@
+"""FAISS indexes over the real SciFact embeddings: approximate recall, save/load, pyserini layout, bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from embedkit import EmbedkitError, Index
+
+
+@pytest.fixture(scope="module")
+def vectors(scifact_embeddings):
+    return scifact_embeddings.embeddings(), scifact_embeddings.ids()
+
+
+@pytest.fixture(scope="module")
+def query_vectors(default_model, scifact):
+    return default_model.encode_queries(list(scifact.split_queries("test").values()))
+
+
+@pytest.fixture(scope="module")
+def exact(vectors, query_vectors):
+    embeddings, ids = vectors
+    return Index.build(embeddings, ids, "Flat").search(query_vectors, 10)
+
+
+def _recall_at_10(exact_hits: list[list[str]], approx_hits: list[list[str]]) -> float:
+    return float(np.mean([len(set(a) & set(b)) / len(a) for a, b in zip(exact_hits, approx_hits)]))
+
+
+@pytest.mark.parametrize(
+    ("factory", "params"),
+    [("IVF64,Flat", {"nprobe": 24}), ("HNSW32", {"ef_search": 128})],
+)
+def test_approximate_recall_against_flat(vectors, query_vectors, exact, factory, params, tmp_path):
+    """Acceptance: recall@10 against Flat >= 0.95 at the chosen parameters; reload gives identical results."""
+    embeddings, ids = vectors
+    index = Index.build(embeddings, ids, factory, **params)
+    scores, hits = index.search(query_vectors, 10)
+    recall = _recall_at_10(exact[1], hits)
+    print(f"{factory} {params}: recall@10 vs Flat = {recall:.4f}")
+    assert recall >= 0.95
+    reloaded = Index.load(index.save(tmp_path / "idx"))
+    again_scores, again_hits = reloaded.search(query_vectors, 10)
+    assert again_hits == hits and np.array_equal(again_scores, scores)
+    assert reloaded.meta["factory"] == factory and reloaded.search_params == index.search_params
+
+
+def test_flat_matches_numpy_inner_product(vectors, query_vectors, exact):
+    embeddings, ids = vectors
+    scores = query_vectors[:5] @ embeddings.T
+    for row, hits in zip(scores, exact[1][:5]):
+        assert [ids[j] for j in np.argsort(-row)[:10]] == hits
+
+
+def test_saved_folder_is_pyserini_layout(vectors, tmp_path, default_model):
+    embeddings, ids = vectors
+    folder = Index.build(embeddings[:100], ids[:100], model_settings=default_model.settings).save(tmp_path / "i")
+    assert sorted(p.name for p in folder.iterdir()) == ["docid", "index", "meta.json"]
+    assert (folder / "docid").read_text().splitlines() == ids[:100]
+
+
+def test_unknown_factory_is_a_user_error(vectors):
+    with pytest.raises(EmbedkitError, match="factory string 'IVFoops'"):
+        Index.build(vectors[0][:10], vectors[1][:10], "IVFoops")
+
+
+def test_query_dimension_mismatch(vectors):
+    index = Index.build(vectors[0][:10], vectors[1][:10])
+    with pytest.raises(EmbedkitError, match="query dimension 768 does not match the index dimension 384"):
+        index.search(np.zeros((1, 768), dtype=np.float32), 5)
+
+
+def test_index_folder_without_docid(vectors, tmp_path):
+    folder = Index.build(vectors[0][:10], vectors[1][:10]).save(tmp_path / "i")
+    (folder / "docid").unlink()
+    with pytest.raises(EmbedkitError, match="has no 'docid' file"):
+        Index.load(folder)
+
+
+def test_docid_count_must_match(vectors, tmp_path):
+    folder = Index.build(vectors[0][:10], vectors[1][:10]).save(tmp_path / "i")
+    (folder / "docid").write_text("\n".join(vectors[1][:9]) + "\n")
+    with pytest.raises(EmbedkitError, match="holds 10 vectors but 'docid' lists 9 ids"):
+        Index.load(folder)
+
+
+def test_load_refuses_another_model(vectors, tmp_path, default_model):
+    folder = Index.build(vectors[0][:10], vectors[1][:10], model_settings=default_model.settings).save(tmp_path / "i")
+    Index.load(folder, model_settings=default_model.settings)
+    other = {**default_model.settings, "pooling": "cls", "max_length": 128}
+    with pytest.raises(EmbedkitError, match=r"built with another model .*pooling"):
+        Index.load(folder, model_settings=other)
+
+
+def test_search_parameter_the_index_lacks(vectors):
+    with pytest.raises(EmbedkitError, match="no search parameter 'nprobe'"):
+        Index.build(vectors[0][:10], vectors[1][:10], "Flat", nprobe=4)
