@@ -27,7 +27,7 @@ demo: $(VENV)/.installed
 	$(BIN)/embedkit evaluate --dataset scifact --output runs
 
 test: $(VENV)/.installed-dev
-	$(BIN)/ruff check embedkit tests benchmarks examples
+	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -m "not slow"
 
 test-slow: $(VENV)/.installed-dev
