@@ -23,10 +23,16 @@ $(VENV)/.installed-dev: $(VENV)/.installed
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $@
 
+# The HTML report test opens report.html in a real headless Chromium (Debian's package); skipped when present.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+/usr/bin/chromium:
+	$(SUDO) apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium
+
 demo: $(VENV)/.installed
 	$(BIN)/embedkit evaluate --dataset scifact --output runs
 
-test: $(VENV)/.installed-dev
+test: $(VENV)/.installed-dev /usr/bin/chromium
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -m "not slow"
 

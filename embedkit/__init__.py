@@ -1,14 +1,31 @@
-"""embedkit: dense retrieval from corpus to bi-encoder to FAISS index to a BEIR report."""
+"""embedkit: dense retrieval from corpus to bi-encoder to FAISS index to a BEIR report.
 
-from embedkit.data import BeirDataset, load_dataset
-from embedkit.encode import EmbeddingsFolder, encode_to_folder
-from embedkit.errors import EmbedkitError
-from embedkit.evaluate import compute_metrics, evaluate
-from embedkit.index import Index
-from embedkit.models import EmbeddingModel, load_model
-from embedkit.search import dense_search, read_run, write_run
+The public names load on first use (PEP 562), so ``import embedkit`` and ``embedkit --help`` stay fast and do not
+pull in torch, FAISS or sentence-transformers until a stage that needs them is touched.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+_EXPORTS = {
+    "BeirDataset": "embedkit.data",
+    "load_dataset": "embedkit.data",
+    "EmbeddingsFolder": "embedkit.encode",
+    "encode_to_folder": "embedkit.encode",
+    "EmbedkitError": "embedkit.errors",
+    "compute_metrics": "embedkit.evaluate",
+    "evaluate": "embedkit.evaluate",
+    "Index": "embedkit.index",
+    "EmbeddingModel": "embedkit.models",
+    "load_model": "embedkit.models",
+    "dense_search": "embedkit.search",
+    "read_run": "embedkit.search",
+    "write_run": "embedkit.search",
+}
 
 __all__ = [
     "BeirDataset",
@@ -26,3 +43,21 @@ __all__ = [
     "read_run",
     "write_run",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'embedkit' has no attribute {name!r}")
+
+
+if TYPE_CHECKING:
+    from embedkit.data import BeirDataset, load_dataset
+    from embedkit.encode import EmbeddingsFolder, encode_to_folder
+    from embedkit.errors import EmbedkitError
+    from embedkit.evaluate import compute_metrics, evaluate
+    from embedkit.index import Index
+    from embedkit.models import EmbeddingModel, load_model
+    from embedkit.search import dense_search, read_run, write_run

@@ -49,6 +49,19 @@ def scifact_report(default_model, scifact):
 
 
 @pytest.fixture(scope="session")
+def scifact_reports(tmp_path_factory, default_model, scifact, scifact_report) -> dict[str, Path]:
+    """Report folders of the default model, bm25s and their RRF fusion on all of SciFact test (embeddings cached)."""
+    from embedkit import evaluate
+
+    output = tmp_path_factory.mktemp("scifact-reports")
+    folders = {}
+    for retriever in ("dense", "bm25", "hybrid"):
+        report = evaluate(default_model, scifact, "test", output=output, cache_dir=TEST_CACHE, retriever=retriever)
+        folders[retriever] = Path(report["folder"])
+    return folders
+
+
+@pytest.fixture(scope="session")
 def scifact_embeddings(scifact_report):
     from embedkit import EmbeddingsFolder
 

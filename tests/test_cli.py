@@ -58,7 +58,13 @@ def test_pipeline_commands_succeed(pipeline):
 def test_evaluate_writes_the_report_folder(pipeline, scifact_subset):
     work, results = pipeline
     folder = work / "reports" / f"{scifact_subset.name}__all-MiniLM-L6-v2__Flat__test"
-    assert sorted(p.name for p in folder.iterdir()) == ["per_query.json", "report.json", "report.md", "run.trec"]
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "per_query.json",
+        "report.html",
+        "report.json",
+        "report.md",
+        "run.trec",
+    ]
     report = json.loads((folder / "report.json").read_text())
     assert report["model"]["model"] == "sentence-transformers/all-MiniLM-L6-v2"
     assert report["retriever"] == {

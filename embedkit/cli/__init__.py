@@ -18,9 +18,9 @@ app = typer.Typer(
 
 
 def _register() -> None:
-    from embedkit.cli import encode, evaluate, index, search
+    from embedkit.cli import compare, encode, evaluate, index, mine, pretrain, reproduce, search, train
 
-    for module in (encode, index, search, evaluate):
+    for module in (encode, index, search, evaluate, mine, train, pretrain, compare, reproduce):
         module.register(app)
 
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from embedkit.models.embedding_model import EmbeddingModel
+if TYPE_CHECKING:
+    from embedkit.models.embedding_model import EmbeddingModel
 
 Model = Annotated[
     Optional[str], typer.Option("--model", "-m", help="Model folder or Hub name (default: all-MiniLM-L6-v2, packaged).")

@@ -53,12 +53,20 @@ def load_corpus(path: Path) -> datasets.Dataset:
     features = datasets.Features(
         {"_id": datasets.Value("string"), "title": datasets.Value("string"), "text": datasets.Value("string")}
     )
+    return arrow_from_generator(_corpus_rows, {"path": str(path), "stamp": stamp}, features)
+
+
+def arrow_from_generator(
+    generator: Any, gen_kwargs: dict[str, Any], features: datasets.Features | None = None
+) -> datasets.Dataset:
+    """A memory-mapped Arrow dataset from a validating generator; its ``EmbedkitError`` surfaces unwrapped.
+
+    ``datasets`` caches the result by the generator and ``gen_kwargs``, so pass a content stamp among them.
+    """
     bars_were_on = datasets.is_progress_bar_enabled()
     datasets.disable_progress_bars()  # a cache write, not work the user waits on
     try:
-        corpus = datasets.Dataset.from_generator(
-            _corpus_rows, gen_kwargs={"path": str(path), "stamp": stamp}, features=features
-        )
+        return datasets.Dataset.from_generator(generator, gen_kwargs=gen_kwargs, features=features)
     except datasets.exceptions.DatasetGenerationError as err:
         cause = err.__cause__
         while cause is not None and not isinstance(cause, EmbedkitError):
@@ -69,7 +77,6 @@ def load_corpus(path: Path) -> datasets.Dataset:
     finally:
         if bars_were_on:
             datasets.enable_progress_bars()
-    return corpus
 
 
 def load_queries(path: Path) -> dict[str, str]:

@@ -43,3 +43,14 @@ def compute_metrics(qrels: Qrels, run: Run) -> tuple[dict[str, float], dict[str,
     count = max(1, len(per_query))
     means = {name: sum(row[name] for row in per_query.values()) / count for name in METRIC_NAMES}
     return means, per_query
+
+
+RECALL_CURVE_CUTOFFS = (1, 2, 3, 5, 10, 20, 30, 50, 100, 200, 300, 500, 1000)
+
+
+def recall_curve(qrels: Qrels, run: Run, cutoffs: tuple[int, ...] = RECALL_CURVE_CUTOFFS) -> dict[str, float]:
+    """Mean recall@k at each cut-off (keys are k as strings, for JSON), averaged like :func:`compute_metrics`."""
+    evaluator = pytrec_eval.RelevanceEvaluator(qrels, {f"recall.{','.join(map(str, cutoffs))}"})
+    raw = evaluator.evaluate(run)
+    count = max(1, len(raw))
+    return {str(k): sum(scores[f"recall_{k}"] for scores in raw.values()) / count for k in cutoffs}

@@ -41,17 +41,32 @@ def _pooling_from_config(path: str) -> str:
 
 def _plain_transformers(path: str, pooling: str | None, normalize: bool | None) -> tuple[SentenceTransformer, str]:
     pooling = pooling or _pooling_from_config(path)
-    if pooling not in POOLING_MODES:
-        raise EmbedkitError(f"unknown pooling '{pooling}' (choose from {', '.join(POOLING_MODES)})", field="pooling")
+    if pooling not in POOLING_MODES and pooling != "dupmae":
+        choices = ", ".join([*POOLING_MODES, "dupmae"])
+        raise EmbedkitError(f"unknown pooling '{pooling}' (choose from {choices})", field="pooling")
     transformer = Transformer(path)
-    modules = [transformer, Pooling(transformer.get_embedding_dimension(), pooling_mode=POOLING_MODES[pooling])]
+    if pooling == "dupmae":  # DupMAE's [CLS] + reduced token vector, from the folder's MLM head
+        from embedkit.pretrain.pooling import DupMAEPooling
+
+        modules = [transformer, DupMAEPooling.from_folder(path)]
+    else:
+        modules = [transformer, Pooling(transformer.get_embedding_dimension(), pooling_mode=POOLING_MODES[pooling])]
     if normalize:
         modules.append(Normalize())
     return SentenceTransformer(modules=modules), pooling
 
 
+def _own_modules(path: Path) -> bool:
+    """True when the stack's only non-sentence-transformers modules are embedkit's (e.g. the dupmae pooling)."""
+    types = [m.get("type", "") for m in json.loads((path / "modules.json").read_text())]
+    custom = [t for t in types if not t.startswith("sentence_transformers.")]
+    return bool(custom) and all(t.startswith("embedkit.") for t in custom)
+
+
 def _stack_pooling(model: SentenceTransformer) -> str:
     for module in model:
+        if getattr(module, "embedkit_pooling", None):
+            return module.embedkit_pooling
         if isinstance(module, Pooling):
             mode = module.pooling_mode
             mode = mode if isinstance(mode, str) else "+".join(mode)
@@ -85,7 +100,7 @@ def load_model(
     path = default_model_path() if packaged else Path(name).expanduser()
     device = pick_device(device)
     if path.is_dir() and (path / "modules.json").is_file():
-        model = SentenceTransformer(str(path), device=device)
+        model = SentenceTransformer(str(path), device=device, trust_remote_code=_own_modules(path))
         if pooling and pooling != _stack_pooling(model):
             raise EmbedkitError(
                 f"this sentence-transformers model pools with '{_stack_pooling(model)}'; "

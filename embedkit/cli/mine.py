@@ -1,0 +1,52 @@
+"""``embedkit mine``: hard negatives for a BEIR split, searched with a model's FAISS index."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from embedkit.cli import options as opt
+
+
+def mine(
+    dataset: opt.Dataset,
+    output: Annotated[Path, typer.Option("--output", "-o", help="JSONL to write (+ .meta.json with settings).")],
+    split: Annotated[str, typer.Option(help="qrels split whose queries are mined.")] = "train",
+    range_min: Annotated[int, typer.Option(help="Highest rank (1-based) a negative may come from.")] = 10,
+    range_max: Annotated[int, typer.Option(help="Lowest rank a negative may come from.")] = 100,
+    num_negatives: Annotated[int, typer.Option(help="Negatives per (query, positive).")] = 8,
+    margin: Annotated[float, typer.Option(help="Keep negatives scoring below positive - margin.")] = 0.0,
+    relative_margin: Annotated[
+        float, typer.Option(help="Keep negatives scoring below positive * (1 - relative margin).")
+    ] = 0.05,
+    sampling: Annotated[str, typer.Option(help="random | top, within the window.")] = "random",
+    seed: Annotated[int, typer.Option(help="Seed of the random sampling.")] = 0,
+    factory: Annotated[str, typer.Option(help="FAISS index_factory string searched.")] = "Flat",
+    data_dir: opt.DataDir = None,
+    cache_dir: Annotated[Optional[Path], typer.Option(help="Where corpus embeddings are cached.")] = None,
+    model: opt.Model = None,
+    max_length: opt.MaxLength = None,
+    dtype: opt.Dtype = "float32",
+    device: opt.Device = None,
+) -> None:
+    """Mine hard negatives from a rank window, skipping judged positives and near-positive scores.
+
+    Example: [bold]embedkit mine --dataset scifact --split train --output mined/scifact.jsonl[/bold]
+    """
+    from embedkit.data.beir import load_dataset
+    from embedkit.train.mining import MiningSettings, mine_hard_negatives, write_mined
+
+    settings = MiningSettings(
+        split, range_min, range_max, num_negatives, margin, relative_margin, sampling, seed, factory
+    )
+    embedder = opt.model_from_options(model, None, None, None, max_length, dtype, device, None)
+    data = load_dataset(dataset, data_dir=data_dir)
+    records = mine_hard_negatives(embedder, data, settings, cache_dir=cache_dir)
+    write_mined(output, records, embedder, data, settings)
+    typer.echo(f"{len(records)} examples with up to {num_negatives} negatives written to {output}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(mine)

@@ -1,0 +1,178 @@
+"""Comparing report folders: per-metric means, paired significance against the first run, per-query gains/losses."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from embedkit.errors import EmbedkitError
+from embedkit.evaluate.significance import paired_test
+
+DEFAULT_METRICS = ("ndcg_at_10", "recall_at_100", "mrr_at_10")
+
+
+@dataclass
+class RunFolder:
+    """A report folder written by ``embedkit evaluate``: its report and per-query scores."""
+
+    path: Path
+    report: dict[str, Any]
+    per_query: dict[str, dict[str, float]]
+
+    @property
+    def label(self) -> str:
+        return self.path.name
+
+    def scores(self, metric: str, query_ids: list[str]) -> np.ndarray:
+        try:
+            return np.array([self.per_query[q][metric] for q in query_ids], dtype=np.float64)
+        except KeyError:
+            raise EmbedkitError(f"no per-query '{metric}'", path=self.path / "per_query.json", field=metric) from None
+
+
+def _read_json(path: Path) -> Any:
+    if not path.is_file():
+        raise EmbedkitError("not found; is this a report folder written by 'embedkit evaluate'?", path=path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise EmbedkitError(f"malformed JSON ({err.msg})", path=path, line=err.lineno) from None
+
+
+def load_run_folder(path: str | Path) -> RunFolder:
+    path = Path(path)
+    return RunFolder(path, _read_json(path / "report.json"), _read_json(path / "per_query.json"))
+
+
+def _same_dataset(runs: list[RunFolder]) -> None:
+    """Paired tests only mean something on the same corpus, queries and judgements."""
+    first = runs[0].report["dataset"]
+    for run in runs[1:]:
+        dataset = run.report["dataset"]
+        for key in ("corpus_sha256", "split"):
+            if dataset.get(key) != first.get(key):
+                raise EmbedkitError(
+                    f"dataset {key} {dataset.get(key)!r} differs from {first.get(key)!r} in {runs[0].path}",
+                    path=run.path / "report.json",
+                    field=f"dataset.{key}",
+                )
+
+
+def _extremes(query_ids: list[str], a: np.ndarray, b: np.ndarray, top: int) -> tuple[list[dict], list[dict]]:
+    delta = b - a
+    order = np.argsort(-delta, kind="stable")
+    rows = [{"query_id": query_ids[i], "a": float(a[i]), "b": float(b[i]), "delta": float(delta[i])} for i in order]
+    gains = [row for row in rows[:top] if row["delta"] > 0]
+    losses = [row for row in reversed(rows[-top:]) if row["delta"] < 0]
+    return gains, losses
+
+
+def _describe(run: RunFolder, metrics: Sequence[str], query_ids: list[str]) -> dict[str, Any]:
+    retriever = run.report.get("retriever", {})
+    model = run.report.get("model") or {}
+    return {
+        "label": run.label,
+        "folder": str(run.path),
+        "retriever": retriever.get("type"),
+        "model": model.get("model"),
+        "means": {metric: float(run.scores(metric, query_ids).mean()) for metric in metrics},
+    }
+
+
+def compare_runs(
+    folders: Sequence[str | Path],
+    metrics: Sequence[str] = DEFAULT_METRICS,
+    *,
+    resamples: int = 10_000,
+    seed: int = 0,
+    top: int = 5,
+) -> dict[str, Any]:
+    """Compare every run with the first (the baseline) on the queries all runs scored."""
+    if len(folders) < 2:
+        raise EmbedkitError(f"compare needs at least two report folders, got {len(folders)}")
+    runs = [load_run_folder(folder) for folder in folders]
+    _same_dataset(runs)
+    shared = set(runs[0].per_query).intersection(*(run.per_query for run in runs[1:]))
+    query_ids = sorted(shared)
+    if len(query_ids) < 2:
+        raise EmbedkitError(f"the runs share {len(query_ids)} scored queries; paired tests need at least 2")
+    baseline, primary = runs[0], metrics[0]
+    comparisons = []
+    for run in runs[1:]:
+        tests = {
+            metric: paired_test(
+                baseline.scores(metric, query_ids), run.scores(metric, query_ids), resamples=resamples, seed=seed
+            ).as_dict()
+            for metric in metrics
+        }
+        a, b = baseline.scores(primary, query_ids), run.scores(primary, query_ids)
+        gains, losses = _extremes(query_ids, a, b, top)
+        comparisons.append(
+            {
+                "a": baseline.label,
+                "b": run.label,
+                "tests": tests,
+                "per_query_delta": dict(zip(query_ids, (b - a).tolist())),
+                "biggest_gains": gains,
+                "biggest_losses": losses,
+            }
+        )
+    dataset = baseline.report["dataset"]
+    return {
+        "dataset": {"name": dataset.get("name"), "split": dataset.get("split")},
+        "baseline": baseline.label,
+        "metrics": list(metrics),
+        "primary_metric": primary,
+        "queries_compared": len(query_ids),
+        "queries_not_shared": sum(len(set(run.per_query) - shared) for run in runs),
+        "runs": [_describe(run, metrics, query_ids) for run in runs],
+        "comparisons": comparisons,
+        "settings": {
+            "t_test": "scipy.stats.ttest_rel (two-sided)",
+            "randomization_test": "scipy.stats.permutation_test, paired sign flips of the mean difference",
+            "bootstrap": "scipy.stats.bootstrap, percentile interval of the mean difference",
+            "resamples": resamples,
+            "seed": seed,
+            "confidence": 0.95,
+            "scipy": metadata.version("scipy"),
+        },
+    }
+
+
+def _p(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3e}"
+
+
+def render_comparison_markdown(result: dict[str, Any]) -> str:
+    """The comparison as Markdown tables: means, then significance of each run against the baseline."""
+    metrics = result["metrics"]
+    dataset = result["dataset"]
+    lines = [f"# Comparison on {dataset['name']} ({dataset['split']}), {result['queries_compared']} queries", ""]
+    lines += ["| run | " + " | ".join(metrics) + " |", "| --- |" + " --- |" * len(metrics)]
+    for run in result["runs"]:
+        lines.append(f"| {run['label']} | " + " | ".join(f"{run['means'][m]:.4f}" for m in metrics) + " |")
+    lines += ["", f"## Significance against {result['baseline']} (B minus A)", ""]
+    header = "| run B | metric | delta | t-test p | randomisation p | 95% bootstrap CI | win/tie/loss |"
+    lines += [header, "| --- | --- | --- | --- | --- | --- | --- |"]
+    for comparison in result["comparisons"]:
+        for metric, test in comparison["tests"].items():
+            lines.append(
+                f"| {comparison['b']} | {metric} | {test['delta']:+.4f} | {_p(test['t_p_value'])} | "
+                f"{_p(test['randomization_p_value'])} | [{test['bootstrap_ci_low']:+.4f}, "
+                f"{test['bootstrap_ci_high']:+.4f}] | {test['wins']}/{test['ties']}/{test['losses']} |"
+            )
+    for comparison in result["comparisons"]:
+        for title, rows in (("gained", comparison["biggest_gains"]), ("lost", comparison["biggest_losses"])):
+            lines += ["", f"## Queries {comparison['b']} {title} most ({result['primary_metric']})", ""]
+            lines += ["| query | A | B | delta |", "| --- | --- | --- | --- |"]
+            lines += [f"| {r['query_id']} | {r['a']:.4f} | {r['b']:.4f} | {r['delta']:+.4f} |" for r in rows]
+    settings = result["settings"]
+    lines += ["", f"Tests: {settings['t_test']}; {settings['randomization_test']}; {settings['bootstrap']}; "]
+    lines[-1] += f"{settings['resamples']} resamples, seed {settings['seed']}, scipy {settings['scipy']}."
+    return "\n".join(lines) + "\n"

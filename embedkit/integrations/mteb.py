@@ -1,0 +1,192 @@
+"""MTEB adapters: an embedkit model as MTEB's encoder, an embedkit FAISS ``Index`` as MTEB's search backend, and
+MTEB retrieval tasks fed from local BEIR folders (MTEB's own loader would fetch them from the Hub).
+"""
+
+from __future__ import annotations
+
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from embedkit.data.beir import BeirDataset
+from embedkit.errors import EmbedkitError
+from embedkit.models.embedding_model import EmbeddingModel
+
+# BEIR folder names and the MTEB tasks that hold the same data.
+MTEB_TASKS = {
+    "arguana": "ArguAna",
+    "climate-fever": "ClimateFEVER",
+    "dbpedia-entity": "DBPedia",
+    "fever": "FEVER",
+    "fiqa": "FiQA2018",
+    "hotpotqa": "HotpotQA",
+    "msmarco": "MSMARCO",
+    "nfcorpus": "NFCorpus",
+    "nq": "NQ",
+    "quora": "QuoraRetrieval",
+    "scidocs": "SCIDOCS",
+    "scifact": "SciFact",
+    "trec-covid": "TRECCOVID",
+    "webis-touche2020": "Touche2020",
+}
+
+
+def _require_mteb() -> Any:
+    try:
+        import mteb
+    except ImportError as err:
+        raise EmbedkitError(f"mteb is not installed ({err}); pip install 'embedkit[mteb]'") from None
+    return mteb
+
+
+class MtebEncoder:
+    """MTEB's ``EncoderProtocol`` over an ``EmbeddingModel``: queries and documents keep embedkit's prompts.
+
+    With ``corpus_cache`` (an embedkit ``EmbeddingsFolder`` of the same model and corpus) documents are looked up by
+    id instead of encoded again; ``verify`` of them are re-encoded and must agree, so a stale cache fails loudly.
+    """
+
+    def __init__(self, model: EmbeddingModel, corpus_cache: Any = None, verify: int = 8) -> None:
+        self.model = model
+        self.verify = verify
+        self._cached: dict[str, int] | None = None
+        self._vectors: np.ndarray | None = None
+        if corpus_cache is not None:
+            if corpus_cache.settings != model.settings:
+                raise EmbedkitError("the corpus cache was encoded with other model settings")
+            self._cached = {doc_id: row for row, doc_id in enumerate(corpus_cache.ids())}
+            self._vectors = corpus_cache.embeddings()
+
+    @property
+    def mteb_model_meta(self) -> Any:
+        _require_mteb()
+        from mteb.models.model_meta import ModelMeta
+
+        settings = self.model.settings
+        return ModelMeta.create_empty(
+            {
+                "name": settings["model"] if "/" in settings["model"] else f"embedkit/{settings['model']}",
+                "revision": settings["revision"] or (settings["weights_sha256"] or "local")[:12],
+                "embed_dim": settings["dim"],
+                "max_tokens": settings["max_length"],
+                "similarity_fn_name": "cosine" if settings["normalize"] else "dot",
+                "framework": ["Sentence Transformers", "PyTorch"],
+            }
+        )
+
+    def encode(self, inputs: Any, *, task_metadata: Any, hf_split: str, hf_subset: str, prompt_type=None, **_: Any):
+        texts, ids = [], []
+        for batch in inputs:
+            texts.extend(batch["text"])
+            ids.extend(batch.get("id", []))
+        if prompt_type is not None and prompt_type.value == "document":
+            if self._cached is not None and len(ids) == len(texts) and all(i in self._cached for i in ids):
+                return self._from_cache(ids, texts)
+            return self.model.encode(texts, prompt=self.model.document_prompt)
+        return self.model.encode(texts, prompt=self.model.query_prompt)
+
+    def _from_cache(self, ids: list[str], texts: list[str]) -> np.ndarray:
+        vectors = self._vectors[[self._cached[i] for i in ids]]
+        probe = np.linspace(0, len(ids) - 1, num=min(self.verify, len(ids)), dtype=int)
+        fresh = self.model.encode([texts[i] for i in probe], prompt=self.model.document_prompt)
+        agreement = np.sum(fresh * vectors[probe], axis=1) / (
+            np.linalg.norm(fresh, axis=1) * np.linalg.norm(vectors[probe], axis=1)
+        )
+        if agreement.min() < 0.999:
+            raise EmbedkitError(f"cached embeddings disagree with the model (cosine {agreement.min():.4f})")
+        return vectors
+
+    def similarity(self, embeddings1: Any, embeddings2: Any) -> Any:
+        return self.model.st.similarity(embeddings1, embeddings2)
+
+    def similarity_pairwise(self, embeddings1: Any, embeddings2: Any) -> Any:
+        return self.model.st.similarity_pairwise(embeddings1, embeddings2)
+
+
+class IndexBackend:
+    """MTEB's ``IndexEncoderSearchProtocol`` over an embedkit ``Index`` built from any FAISS factory string."""
+
+    def __init__(self, factory: str = "Flat", metric: str = "ip", **search_params: int) -> None:
+        self.factory, self.metric, self.search_params = factory, metric, search_params
+        self.index: Any = None
+
+    def add_documents(self, embeddings: Any, idxs: list[str]) -> None:
+        from embedkit.index.faiss_index import Index
+
+        vectors = embeddings.detach().cpu().numpy() if hasattr(embeddings, "detach") else np.asarray(embeddings)
+        self.index = Index.build(vectors, list(idxs), factory=self.factory, metric=self.metric, **self.search_params)
+
+    def search(self, embeddings: Any, top_k: int, similarity_fn: Any, top_ranked=None, query_idx_to_id=None):
+        if top_ranked is not None:
+            raise EmbedkitError("the embedkit index backend serves full-corpus retrieval, not reranking tasks")
+        if self.index is None:
+            raise EmbedkitError("no documents were added to the index")
+        vectors = embeddings.detach().cpu().numpy() if hasattr(embeddings, "detach") else np.asarray(embeddings)
+        scores, hits = self.index.search(vectors, top_k)
+        position = {doc_id: row for row, doc_id in enumerate(self.index.ids)}
+        return scores.tolist(), [[position[d] for d in row] for row in hits]
+
+    def clear(self) -> None:
+        self.index = None
+
+
+def beir_task(data: BeirDataset, split: str = "test", task_name: str | None = None) -> Any:
+    """The MTEB retrieval task of ``data`` (by its BEIR name, or ``task_name``), loaded from the local folder."""
+    import datasets
+
+    mteb = _require_mteb()
+    from mteb.abstasks.retrieval_dataset_loaders import RetrievalSplitData
+
+    name = task_name or MTEB_TASKS.get(data.name.lower())
+    if name is None:
+        known = ", ".join(sorted(MTEB_TASKS))
+        raise EmbedkitError(f"no MTEB task known for dataset '{data.name}' (known: {known})", field="task_name")
+    task = mteb.get_task(name)
+    queries = data.split_queries(split)
+    corpus = data.corpus.rename_column("_id", "id")
+    split_data = RetrievalSplitData(
+        corpus=corpus,
+        queries=datasets.Dataset.from_dict({"id": list(queries), "text": list(queries.values())}),
+        relevant_docs=data.qrels(split),
+        top_ranked=None,
+    )
+    task.dataset = {"default": {split: split_data}}
+    task.data_loaded = True
+    return task
+
+
+def evaluate_mteb(
+    model: EmbeddingModel,
+    data: BeirDataset,
+    split: str = "test",
+    *,
+    factory: str = "Flat",
+    corpus_cache: Any = None,
+    output: str | Path | None = None,
+    task_name: str | None = None,
+) -> dict[str, Any]:
+    """Run ``mteb.evaluate`` with the embedkit encoder and index backend; write MTEB's result JSON to ``output``."""
+    mteb = _require_mteb()
+    from mteb.models.search_wrappers import SearchEncoderWrapper
+
+    task = beir_task(data, split, task_name)
+    searcher = SearchEncoderWrapper(MtebEncoder(model, corpus_cache), index_backend=IndexBackend(factory))
+    result = mteb.evaluate(searcher, tasks=[task], cache=None, show_progress_bar=False)
+    (task_result,) = result.task_results
+    scores = task_result.scores[split][0]
+    path = None
+    if output is not None:
+        path = Path(output) / f"{task_result.task_name}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        task_result.to_disk(path)
+    return {
+        "task": task_result.task_name,
+        "split": split,
+        "main_score": float(scores["main_score"]),
+        "ndcg_at_10": float(scores["ndcg_at_10"]),
+        "recall_at_100": float(scores["recall_at_100"]),
+        "path": None if path is None else str(path),
+        "mteb": metadata.version("mteb"),
+    }

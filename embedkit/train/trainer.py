@@ -1,0 +1,122 @@
+"""``train``: a TrainConfig to a sentence-transformers model folder, through sentence-transformers' Trainer (a thin
+subclass of the Hugging Face Trainer, so checkpoints, resume, bf16/fp16 and torchrun DDP come with it)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import datasets
+from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
+from sentence_transformers.base.sampler import BatchSamplers
+
+from embedkit.data.beir import load_dataset
+from embedkit.models.loading import load_model
+from embedkit.report.environment import library_versions
+from embedkit.storage import write_json, write_text
+from embedkit.train.arguments import latest_checkpoint, shared_training_arguments
+from embedkit.train.config import TrainConfig
+from embedkit.train.data import beir_pairs, load_jsonl_examples
+from embedkit.train.losses import build_loss
+from embedkit.train.unsupervised import cropping_pairs, simcse_pairs
+
+
+def training_data(config: TrainConfig) -> datasets.Dataset:
+    """The examples the config names: a JSONL file, a BEIR split's qrels pairs, or pairs made from a raw corpus."""
+    if config.objective == "supervised" and config.data:
+        return load_jsonl_examples(
+            config.data,
+            config.num_negatives,
+            with_scores=config.loss == "distill",
+            drop_short=config.drop_short_examples,
+        )
+    dataset = load_dataset(config.dataset, data_dir=config.data_dir)
+    if config.objective == "supervised":
+        return beir_pairs(dataset, config.train_split)
+    if config.objective == "simcse":
+        return simcse_pairs(dataset.corpus, config.corpus_limit)
+    return cropping_pairs(dataset.corpus, config.corpus_limit, seed=config.seed)
+
+
+def _card_section(record: dict[str, Any]) -> str:
+    config = record["config"]
+    rows = [f"| {k} | `{v!r}` |" for k, v in config.items()]
+    lines = [
+        "",
+        "## embedkit training",
+        "",
+        f"- objective: {config['objective']}; loss: {record['loss']}",
+        f"- data: {record['data']}",
+        f"- examples: {record['examples']}; steps: {record['steps']}; wall time: {record['train_seconds']:.0f} s",
+    ]
+    if record.get("evaluation"):
+        evaluation = record["evaluation"]
+        lines.append(
+            f"- evaluation: {evaluation['dataset']} ({evaluation['split']}) nDCG@10 = {evaluation['ndcg_at_10']:.4f}"
+        )
+    lines += ["", "| setting | value |", "| --- | --- |", *rows, ""]
+    return "\n".join(lines)
+
+
+def train(config: TrainConfig) -> Path:
+    """Train and save to ``config.output``; returns the folder (loadable by ``SentenceTransformer`` and embedkit)."""
+    config.check()
+    output = Path(config.output)
+    model = load_model(config.model, pooling=config.pooling, max_length=config.max_length)
+    examples = training_data(config)
+    args = SentenceTransformerTrainingArguments(
+        **shared_training_arguments(config, output),
+        batch_sampler=BatchSamplers.NO_DUPLICATES if config.objective == "supervised" else BatchSamplers.BATCH_SAMPLER,
+        disable_tqdm=False,
+    )
+    loss = build_loss(
+        model.st,
+        config.loss,
+        temperature=config.temperature,
+        symmetric=config.symmetric,
+        learn_temperature=config.learn_temperature,
+        mini_batch_size=config.mini_batch_size,
+        matryoshka_dims=config.matryoshka_dims,
+        gather_across_devices=args.world_size > 1,
+    )
+    trainer = SentenceTransformerTrainer(model=model.st, args=args, train_dataset=examples, loss=loss)
+    resume = latest_checkpoint(output / "checkpoints") if config.resume else None
+    result = trainer.train(resume_from_checkpoint=resume)
+    if not trainer.is_world_process_zero():
+        return output
+    model.st.save(str(output))
+    record: dict[str, Any] = {
+        "config": asdict(config),
+        "base_model": model.settings,
+        "data": config.data or f"{config.dataset} ({config.objective}, split {config.train_split})",
+        "loss": type(loss).__name__,
+        "examples": len(examples),
+        "examples_dropped": json.loads(examples.info.description or "{}").get("dropped_short_rows", 0),
+        "steps": trainer.state.global_step,
+        "train_seconds": result.metrics.get("train_runtime", 0.0),
+        "train_loss": result.metrics.get("train_loss"),
+        "loss_history": [row["loss"] for row in trainer.state.log_history if "loss" in row],
+        "resumed_from": resume,
+        "world_size": args.world_size,
+        "library_versions": library_versions(),
+    }
+    if config.eval_dataset:
+        from embedkit.evaluate.pipeline import evaluate
+
+        report = evaluate(load_model(output), config.eval_dataset, split=config.eval_split, data_dir=config.data_dir)
+        record["evaluation"] = {
+            "dataset": config.eval_dataset,
+            "split": config.eval_split,
+            "ndcg_at_10": report["metrics"]["ndcg_at_10"],
+            "metrics": report["metrics"],
+        }
+    write_json(output / "embedkit_training.json", record)
+    card = output / "README.md"
+    write_text(card, (card.read_text() if card.is_file() else f"# {output.name}\n") + _card_section(record))
+    return output
+
+
+def training_record(folder: str | Path) -> dict[str, Any]:
+    return json.loads((Path(folder) / "embedkit_training.json").read_text())

@@ -1,0 +1,200 @@
+"""embedkit train end to end on tiny local models: supervised with hard negatives, resume, SimCSE and cropping."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import write_jsonl
+from sentence_transformers import SentenceTransformer
+
+from embedkit import EmbedkitError, evaluate, load_model
+from embedkit.train import TrainConfig, train, training_record
+from embedkit.train.data import load_jsonl_examples
+
+CLI = [sys.executable, "-c", "from embedkit.cli import main; main()"]
+
+
+@pytest.fixture(scope="module")
+def triples(scifact_subset, tmp_path_factory):
+    """Training JSONL from the SciFact slice: query, its positive, and two other documents as negatives."""
+    from embedkit import load_dataset
+    from embedkit.data import doc_text
+
+    data = load_dataset(scifact_subset)
+    corpus = {row["_id"]: doc_text(row) for row in data.corpus}
+    others = list(corpus.values())
+    rows = []
+    for i, (query_id, judged) in enumerate(data.qrels("test").items()):
+        positive = corpus[next(iter(judged))]
+        rows.append(
+            {
+                "query": data.queries[query_id],
+                "positive": positive,
+                "negatives": [others[(7 * i + 1) % len(others)], others[(7 * i + 2) % len(others)]],
+            }
+        )
+    return write_jsonl(tmp_path_factory.mktemp("train") / "triples.jsonl", rows)
+
+
+def test_supervised_training_saves_a_model_both_libraries_load(tiny_bert, triples, scifact_subset, tmp_path):
+    output = tmp_path / "model"
+    config = TrainConfig(
+        output=str(output),
+        model=str(tiny_bert),
+        pooling="mean",
+        data=str(triples),
+        num_negatives=2,
+        batch_size=4,
+        max_steps=4,
+        save_steps=2,
+        learning_rate=1e-4,
+        eval_dataset=str(scifact_subset),
+        logging_steps=1,
+        max_length=128,
+    )
+    train(config)
+    record = training_record(output)
+    assert record["steps"] == 4 and record["examples"] == 20 and record["loss"] == "MultipleNegativesRankingLoss"
+    assert record["config"]["num_negatives"] == 2 and record["loss_history"]
+    assert 0.0 <= record["evaluation"]["ndcg_at_10"] <= 1.0
+    card = (output / "README.md").read_text()
+    assert "## embedkit training" in card and "nDCG@10" in card
+    st = SentenceTransformer(str(output), device="cpu")
+    ours = load_model(output, device="cpu")
+    assert ours.settings["pooling"] == "mean"
+    assert (st.encode(["a query"]) @ ours.encode(["a query"]).T).item() == pytest.approx(
+        float((st.encode(["a query"]) ** 2).sum()), rel=1e-4
+    )
+    report = evaluate(ours, scifact_subset, cache_dir=tmp_path / "cache")
+    assert report["metrics"]["ndcg_at_10"] == pytest.approx(record["evaluation"]["ndcg_at_10"], abs=1e-6)
+
+    resumed = TrainConfig(**{**config.__dict__, "max_steps": 6, "eval_dataset": None})
+    train(resumed)
+    again = training_record(output)
+    assert again["resumed_from"].endswith("checkpoint-4") and again["steps"] == 6
+
+
+def test_gradcache_and_matryoshka_train_through_the_cli(tiny_bert, triples, tmp_path):
+    result = subprocess.run(
+        [
+            *CLI,
+            "train",
+            "--model",
+            str(tiny_bert),
+            "--data",
+            str(triples),
+            "--num-negatives",
+            "1",
+            "--mini-batch-size",
+            "2",
+            "--matryoshka-dims",
+            "64,32",
+            "--batch-size",
+            "8",
+            "--max-steps",
+            "2",
+            "--output",
+            str(tmp_path / "m"),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    record = json.loads((tmp_path / "m" / "embedkit_training.json").read_text())
+    assert record["loss"] == "MatryoshkaLoss" and record["config"]["mini_batch_size"] == 2
+    assert record["config"]["matryoshka_dims"] == [64, 32]
+
+
+@pytest.mark.parametrize("objective", ["simcse", "cropping"])
+def test_unsupervised_objectives_lower_their_loss(tiny_bert, scifact_subset, tmp_path, objective):
+    output = tmp_path / objective
+    train(
+        TrainConfig(
+            output=str(output),
+            model=str(tiny_bert),
+            pooling="mean",
+            objective=objective,
+            dataset=str(scifact_subset),
+            batch_size=16,
+            max_steps=40,
+            learning_rate=5e-4,
+            warmup_ratio=0.0,
+            logging_steps=1,
+            max_length=64,
+            save_steps=1000,
+        )
+    )
+    losses = training_record(output)["loss_history"]
+    assert len(losses) == 40
+    first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
+    print(f"{objective}: loss {first:.3f} -> {last:.3f}")
+    assert last < 0.8 * first
+    assert evaluate(load_model(output), scifact_subset, cache_dir=tmp_path / "c")["metrics"]["ndcg_at_10"] >= 0.0
+
+
+def test_bad_training_rows(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(
+        '{"query": "q", "positive": "p", "negatives": ["n1", "n2"]}\n{"query": "q2", "positive": "p2", '
+        '"negatives": ["n1"]}\n'
+    )
+    with pytest.raises(EmbedkitError, match=r"bad.jsonl:2: field 'negatives': has 1 negatives, 2 needed"):
+        load_jsonl_examples(path)
+    path.write_text('{"query": "q", "positive": "p"}\n{"query": "", "positive": "p2"}\n')
+    with pytest.raises(EmbedkitError, match=r"bad.jsonl:2: field 'query': must be a non-empty string"):
+        load_jsonl_examples(path)
+    path.write_text('{"query": "q", "positive": "p", "negatives": ["n"]}\n')
+    with pytest.raises(EmbedkitError, match=r"field 'scores': needs 2 teacher scores"):
+        load_jsonl_examples(path, with_scores=True)
+
+
+def test_config_file_errors(tmp_path):
+    path = tmp_path / "train.yaml"
+    path.write_text("output: out\nbatchsize: 8\n")
+    with pytest.raises(EmbedkitError, match=r"train.yaml: field 'batchsize': unknown setting"):
+        TrainConfig.from_yaml(path)
+    path.write_text("output: out\nobjective: magic\n")
+    with pytest.raises(EmbedkitError, match="unknown objective 'magic'"):
+        TrainConfig.from_yaml(path).check()
+
+
+def test_torchrun_ddp_training_on_two_cpu_processes(tiny_bert, triples, tmp_path):
+    """`embedkit train` under a real torchrun (gloo): both ranks train, rank 0 saves, cross-device negatives on."""
+    import os
+    import shutil
+    from pathlib import Path
+
+    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or "torchrun"
+    result = subprocess.run(
+        [
+            torchrun,
+            "--standalone",
+            "--nproc_per_node=2",
+            "-m",
+            "embedkit.cli",
+            "train",
+            "--model",
+            str(tiny_bert),
+            "--data",
+            str(triples),
+            "--num-negatives",
+            "1",
+            "--batch-size",
+            "4",
+            "--max-steps",
+            "2",
+            "--output",
+            str(tmp_path / "ddp"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    record = training_record(tmp_path / "ddp")
+    assert record["world_size"] == 2 and record["steps"] == 2
+    assert load_model(tmp_path / "ddp", device="cpu").encode(["text"]).shape == (1, 64)
