@@ -17,8 +17,8 @@ _EXPORTS = {
     "EmbeddingsFolder": "embedkit.encode",
     "encode_to_folder": "embedkit.encode",
     "EmbedkitError": "embedkit.errors",
-    "compute_metrics": "embedkit.evaluate",
-    "evaluate": "embedkit.evaluate",
+    "compute_metrics": "embedkit.evaluation",
+    "evaluate": "embedkit.evaluation",
     "Index": "embedkit.index",
     "EmbeddingModel": "embedkit.models",
     "load_model": "embedkit.models",
@@ -57,7 +57,7 @@ if TYPE_CHECKING:
     from embedkit.data import BeirDataset, load_dataset
     from embedkit.encode import EmbeddingsFolder, encode_to_folder
     from embedkit.errors import EmbedkitError
-    from embedkit.evaluate import compute_metrics, evaluate
+    from embedkit.evaluation import compute_metrics, evaluate
     from embedkit.index import Index
     from embedkit.models import EmbeddingModel, load_model
     from embedkit.search import dense_search, read_run, write_run

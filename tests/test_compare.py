@@ -11,8 +11,8 @@ from scipy import stats
 from test_cli import _one_line_error, embedkit
 
 from embedkit import EmbedkitError
-from embedkit.evaluate.compare import compare_runs, load_run_folder
-from embedkit.evaluate.significance import paired_test
+from embedkit.evaluation.compare import compare_runs, load_run_folder
+from embedkit.evaluation.significance import paired_test
 
 
 def _scores(folder, metric="ndcg_at_10"):

@@ -7,7 +7,7 @@ import pytrec_eval
 from beir.retrieval.evaluation import EvaluateRetrieval
 
 from embedkit import compute_metrics, read_run
-from embedkit.evaluate.metrics import METRIC_NAMES
+from embedkit.evaluation.metrics import METRIC_NAMES
 
 
 def test_default_model_scores_the_published_scifact_figure(scifact_report):

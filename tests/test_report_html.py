@@ -122,7 +122,7 @@ def test_evaluation_report_renders_in_chromium(scifact_reports, tmp_path):
 
 @pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="make test installs Debian's chromium first")
 def test_comparison_report_renders_in_chromium(scifact_reports, tmp_path):
-    from embedkit.evaluate.compare import compare_runs
+    from embedkit.evaluation.compare import compare_runs
     from embedkit.report.writer import write_comparison
 
     result = compare_runs([scifact_reports["dense"], scifact_reports["hybrid"]], ["ndcg_at_10", "recall_at_100"])

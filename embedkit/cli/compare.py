@@ -24,7 +24,7 @@ def compare(
 
     Example: [bold]embedkit compare runs/scifact__bm25__bm25s__test runs/scifact__all-MiniLM-L6-v2__Flat__test[/bold]
     """
-    from embedkit.evaluate.compare import DEFAULT_METRICS, compare_runs, render_comparison_markdown
+    from embedkit.evaluation.compare import DEFAULT_METRICS, compare_runs, render_comparison_markdown
     from embedkit.report.writer import write_comparison
 
     result = compare_runs(runs, metric or DEFAULT_METRICS, resamples=resamples, seed=seed, top=top)

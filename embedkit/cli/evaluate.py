@@ -54,7 +54,7 @@ def evaluate(
 
     Example: [bold]embedkit evaluate --dataset scifact --output runs --retriever hybrid[/bold]
     """
-    from embedkit.evaluate.pipeline import evaluate as run_evaluation
+    from embedkit.evaluation.pipeline import evaluate as run_evaluation
     from embedkit.report.writer import render_markdown
 
     weights = parse_weights(fusion_weights)

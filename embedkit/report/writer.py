@@ -53,7 +53,7 @@ def write_report(folder: str | Path, report: dict[str, Any], run: Run, per_query
 
 def write_comparison(folder: str | Path, result: dict[str, Any]) -> Path:
     """``compare.json`` and ``compare.md`` of an ``embedkit compare`` into ``folder``."""
-    from embedkit.evaluate.compare import render_comparison_markdown
+    from embedkit.evaluation.compare import render_comparison_markdown
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)

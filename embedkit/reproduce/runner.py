@@ -149,7 +149,7 @@ def run_condition(
     condition: Condition, output: Path | None, data_dir: str | Path | None, cache_dir: str | Path | None
 ) -> dict[str, Any]:
     """Run one condition and score it against its published figures."""
-    from embedkit.evaluate.pipeline import evaluate
+    from embedkit.evaluation.pipeline import evaluate
 
     row: dict[str, Any] = {
         "id": condition.id,

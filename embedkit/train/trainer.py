@@ -103,7 +103,7 @@ def train(config: TrainConfig) -> Path:
         "library_versions": library_versions(),
     }
     if config.eval_dataset:
-        from embedkit.evaluate.pipeline import evaluate
+        from embedkit.evaluation.pipeline import evaluate
 
         report = evaluate(load_model(output), config.eval_dataset, split=config.eval_split, data_dir=config.data_dir)
         record["evaluation"] = {

@@ -14,7 +14,7 @@ from embedkit.data.beir import BeirDataset, load_dataset
 from embedkit.data.resolve import cache_home
 from embedkit.encode.shards import encode_to_folder
 from embedkit.errors import EmbedkitError
-from embedkit.evaluate.metrics import compute_metrics, recall_curve
+from embedkit.evaluation.metrics import compute_metrics, recall_curve
 from embedkit.index.faiss_index import Index
 from embedkit.models.embedding_model import EmbeddingModel
 from embedkit.models.loading import load_model

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from embedkit.errors import EmbedkitError
-from embedkit.evaluate.significance import paired_test
+from embedkit.evaluation.significance import paired_test
 
 DEFAULT_METRICS = ("ndcg_at_10", "recall_at_100", "mrr_at_10")
 
