@@ -36,7 +36,7 @@ class LearnedTemperatureInfoNCE(MultipleNegativesRankingLoss):
 
     @property
     def temperature(self) -> float:
-        return float(1.0 / self.log_scale.exp().clamp(max=self.max_scale))
+        return float(1.0 / self.log_scale.detach().exp().clamp(max=self.max_scale))
 
 
 def infonce(
