@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from transformers import PreTrainedModel
 
+from embedkit.pretrain.encoder import labelled_cross_entropy
 from embedkit.pretrain.retromae import RetroMAE
 
 
@@ -47,12 +48,7 @@ class DupMAE(RetroMAE):
     ) -> dict[str, torch.Tensor]:
         hidden = self.encode(encoder_input_ids, attention_mask)
         logits = self.head(hidden)
-        selected = encoder_labels != -100
-        encoder_loss = (
-            F.cross_entropy(logits[selected].float(), encoder_labels[selected])
-            if bool(selected.any())
-            else logits.sum() * 0.0
-        )
+        encoder_loss = labelled_cross_entropy(logits, encoder_labels)  # all logits are needed for the bag anyway
         decoder_loss = self.reconstruction_loss(
             hidden, input_ids, attention_mask, decoder_labels, decoder_input_ids, decoder_attention
         )

@@ -63,6 +63,14 @@ def masked_lm_loss(head: nn.Module, hidden: torch.Tensor, labels: torch.Tensor) 
     return F.cross_entropy(head(hidden[selected]).float(), labels[selected])
 
 
+def labelled_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy over positions whose label is not -100, for callers that already hold every position's logits."""
+    selected = labels != -100
+    if not bool(selected.any()):
+        return logits.sum() * 0.0
+    return F.cross_entropy(logits[selected].float(), labels[selected])
+
+
 def additive_mask(visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """A boolean "may attend" mask as the additive float mask both eager and SDPA attention accept."""
     return (~visible).to(dtype) * torch.finfo(dtype).min
