@@ -66,6 +66,9 @@ def main() -> None:
     parser.add_argument("--eval-queries", type=int, help="evaluate on a slice of N test queries (smoke runs)")
     parser.add_argument("--device", default=None, help="cpu | cuda (default: what torch sees)")
     parser.add_argument("--precision", default="auto", help="auto = bf16 on a GPU that supports it, else fp32")
+    parser.add_argument(
+        "--no-pretrained-eval", action="store_true", help="skip scoring the pretrained encoders before fine-tuning"
+    )
     args = parser.parse_args()
     output = Path(args.output)
     start = time.perf_counter()
@@ -134,8 +137,9 @@ def main() -> None:
             "pretrain_s": round(record["train_seconds"], 1),
             "pretrain_first_loss": record["first_loss"],
             "pretrain_last_loss": record["last_loss"],
-            "pretrained_ndcg_at_10": score(folder, pooling=args.pooling, max_length=args.max_length),
         }
+        if not args.no_pretrained_eval:
+            row["pretrained_ndcg_at_10"] = score(folder, pooling=args.pooling, max_length=args.max_length)
         row |= finetune(str(folder), output / f"{objective}-finetuned", args.pooling)
         results["rows"][f"{objective} + fine-tune"] = row
     results["total_s"] = round(time.perf_counter() - start, 1)

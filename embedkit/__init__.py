@@ -20,6 +20,8 @@ _EXPORTS = {
     "compute_metrics": "embedkit.evaluation",
     "evaluate": "embedkit.evaluation",
     "Index": "embedkit.index",
+    "ShardedIndex": "embedkit.index",
+    "load_index": "embedkit.index",
     "EmbeddingModel": "embedkit.models",
     "load_model": "embedkit.models",
     "dense_search": "embedkit.search",
@@ -33,12 +35,14 @@ __all__ = [
     "EmbeddingsFolder",
     "EmbedkitError",
     "Index",
+    "ShardedIndex",
     "__version__",
     "compute_metrics",
     "dense_search",
     "encode_to_folder",
     "evaluate",
     "load_dataset",
+    "load_index",
     "load_model",
     "read_run",
     "write_run",
@@ -58,6 +62,6 @@ if TYPE_CHECKING:
     from embedkit.encode import EmbeddingsFolder, encode_to_folder
     from embedkit.errors import EmbedkitError
     from embedkit.evaluation import compute_metrics, evaluate
-    from embedkit.index import Index
+    from embedkit.index import Index, ShardedIndex, load_index
     from embedkit.models import EmbeddingModel, load_model
     from embedkit.search import dense_search, read_run, write_run

@@ -1,13 +1,16 @@
-"""``embedkit encode``: a corpus to a resumable folder of embedding shards."""
+"""``embedkit encode``: a corpus to a resumable folder of embedding shards, in one process or split across workers."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
 from embedkit.cli import options as opt
+
+if TYPE_CHECKING:
+    from embedkit.encode.shards import EmbeddingsFolder
 
 
 def encode(
@@ -17,6 +20,16 @@ def encode(
     data_dir: opt.DataDir = None,
     shard_size: Annotated[int, typer.Option(help="Documents per shard (the unit of resume).")] = 10_000,
     overwrite: Annotated[bool, typer.Option(help="Replace embeddings made with other settings.")] = False,
+    shard_id: Annotated[
+        Optional[int], typer.Option(help="This worker's block of shards, 0..num-shards-1 (e.g. $SLURM_ARRAY_TASK_ID).")
+    ] = None,
+    num_shards: Annotated[
+        Optional[int],
+        typer.Option(help="Workers sharing the corpus; each writes its block and a part manifest into --output."),
+    ] = None,
+    merge: Annotated[
+        bool, typer.Option("--merge", help="Only merge the workers' part manifests into manifest.json.")
+    ] = False,
     model: opt.Model = None,
     pooling: opt.Pooling = None,
     query_prompt: opt.QueryPrompt = None,
@@ -25,25 +38,75 @@ def encode(
     dtype: opt.Dtype = "float32",
     device: opt.Device = None,
     batch_tokens: opt.BatchTokens = None,
+    backend: opt.Backend = "torch",
 ) -> None:
     """Encode a corpus into .npy shards plus a manifest; a rerun resumes, or encodes nothing if all is done.
+
+    Split the work with --shard-id/--num-shards (one worker each, same --output; the last to finish merges), or run
+    under torchrun, where each rank takes its block and rank 0 merges.
 
     Example: [bold]embedkit encode --dataset scifact --output emb/scifact[/bold]
     """
     from embedkit.data.beir import load_corpus, load_dataset
-    from embedkit.encode.shards import encode_to_folder
+    from embedkit.encode.distributed import encode_across_ranks, torchrun_launch
+    from embedkit.encode.shards import check_worker, encode_to_folder, merge_encoded_parts
     from embedkit.errors import EmbedkitError
 
+    if merge:
+        if dataset is not None or corpus is not None or shard_id is not None:
+            raise EmbedkitError("--merge reads only --output (and --num-shards); drop --dataset, --corpus, --shard-id")
+        _report(merge_encoded_parts(output, num_shards=num_shards), output)
+        return
     if (dataset is None) == (corpus is None):
         raise EmbedkitError("give exactly one of --dataset or --corpus")
+    launch = torchrun_launch()
+    if launch is not None and (shard_id is not None or num_shards is not None):
+        raise EmbedkitError("under torchrun each rank takes --shard-id RANK --num-shards WORLD_SIZE; drop both")
+    if (shard_id is None) != (num_shards is None):
+        raise EmbedkitError("give --shard-id and --num-shards together")
+    check_worker(shard_id or 0, num_shards or 1)
     documents = load_corpus(corpus) if corpus else load_dataset(dataset, data_dir=data_dir).corpus
+    if launch is not None:
+        device = launch.device(device)
     embedder = opt.model_from_options(
-        model, pooling, query_prompt, document_prompt, max_length, dtype, device, batch_tokens
+        model, pooling, query_prompt, document_prompt, max_length, dtype, device, batch_tokens, backend
     )
-    result = encode_to_folder(embedder, documents, output, shard_size=shard_size, overwrite=overwrite)
+    if launch is not None:
+        result = encode_across_ranks(embedder, documents, output, launch, shard_size=shard_size, overwrite=overwrite)
+    else:
+        result = encode_to_folder(
+            embedder,
+            documents,
+            output,
+            shard_size=shard_size,
+            overwrite=overwrite,
+            shard_id=shard_id or 0,
+            num_shards=num_shards or 1,
+        )
+    _report(result, output)
+
+
+def _report(result: EmbeddingsFolder, output: Path) -> None:
+    """One line: the whole folder when it is complete, else this worker's part and who is still running."""
+    from embedkit.encode.shards import pending_parts
+
+    manifest = result.manifest
+    worker = manifest.get("worker")
+    if worker is None:
+        workers = manifest.get("workers", 1)
+        by = f", merged from {workers} workers" if workers > 1 else ""
+        typer.echo(
+            f"{manifest['count']} documents in {manifest['num_shards']} shards at {output} "
+            f"({result.encoded_shards} shards encoded now{by})"
+        )
+        return
+    start, stop = worker["shards"]
+    block = f"shards {start}..{stop - 1}" if stop > start else "no shards"
+    waiting = pending_parts(output, worker["num_shards"])
     typer.echo(
-        f"{result.manifest['count']} documents in {result.manifest['num_shards']} shards at {output} "
-        f"({result.encoded_shards} shards encoded now)"
+        f"worker {worker['shard_id']} of {worker['num_shards']}: {manifest['count']} documents in {block} "
+        f"of {manifest['num_shards']} at {output} ({result.encoded_shards} shards encoded now); "
+        + (f"waiting for workers {', '.join(map(str, waiting))}" if waiting else "all parts done, merge pending")
     )
 
 

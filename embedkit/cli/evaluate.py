@@ -33,6 +33,7 @@ def evaluate(
     dtype: opt.Dtype = "float32",
     device: opt.Device = None,
     batch_tokens: opt.BatchTokens = None,
+    backend: opt.Backend = "torch",
     retriever: Annotated[str, typer.Option(help="dense | bm25 | hybrid (dense and BM25 fused).")] = "dense",
     bm25_backend: Annotated[str, typer.Option(help="bm25s (pure Python) | pyserini (Lucene, Java 21).")] = "bm25s",
     bm25_k1: Annotated[float, typer.Option("--bm25-k1", help="BM25 k1 (pyserini's BEIR setting).")] = 0.9,
@@ -61,7 +62,7 @@ def evaluate(
     embedder = None
     if retriever in ("dense", "hybrid"):
         embedder = opt.model_from_options(
-            model, pooling, query_prompt, document_prompt, max_length, dtype, device, batch_tokens
+            model, pooling, query_prompt, document_prompt, max_length, dtype, device, batch_tokens, backend
         )
     report = run_evaluation(
         embedder,

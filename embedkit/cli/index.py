@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
@@ -16,10 +16,24 @@ def index(
     factory: Annotated[str, typer.Option(help="FAISS index_factory string: Flat, IVF1024,Flat, HNSW32, ...")] = "Flat",
     metric: Annotated[str, typer.Option(help="ip | l2")] = "ip",
     train_size: Annotated[int, typer.Option(help="Vectors sampled to train IVF/PQ.")] = 1_000_000,
+    on_disk: Annotated[
+        bool, typer.Option("--on-disk", help="IVF only: lists in one index.ivfdata file, built shard by shard.")
+    ] = False,
+    num_shards: Annotated[
+        Optional[int], typer.Option(help="Write N index shards (contiguous ranges of vectors), searched as one.")
+    ] = None,
     nprobe: opt.Nprobe = None,
     ef_search: opt.EfSearch = None,
+    rescore: opt.Rescore = None,
+    tune: Annotated[bool, typer.Option("--tune", help="Sweep nprobe/efSearch; keep the fastest at target.")] = False,
+    target_recall: Annotated[float, typer.Option(help="Recall@10 against exact search that --tune must reach.")] = 0.95,
+    tune_dataset: Annotated[
+        Optional[str], typer.Option(help="Tune on this dataset's queries (default: 1,000 corpus vectors).")
+    ] = None,
+    tune_split: Annotated[Optional[str], typer.Option(help="Only the --tune-dataset queries of this split.")] = None,
+    data_dir: opt.DataDir = None,
 ) -> None:
-    """Build a FAISS index from an embeddings folder (GPU when FAISS sees one).
+    """Build a FAISS index from an embeddings folder (GPU when FAISS sees one); 'B...' factories are binary.
 
     Example: [bold]embedkit index -e emb/scifact -o idx/scifact-hnsw --factory HNSW32 --ef-search 128[/bold]
     """
@@ -30,16 +44,50 @@ def index(
     folder = EmbeddingsFolder.open(embeddings)
     if not folder.complete:
         raise EmbedkitError("the embeddings are incomplete; rerun 'embedkit encode' to finish them", path=embeddings)
-    built = Index.build(
-        folder.embeddings(),
-        folder.ids(),
-        factory=factory,
-        metric=metric,
-        train_size=train_size,
-        model_settings=folder.settings,
-        nprobe=nprobe,
-        ef_search=ef_search,
-    )
+    if num_shards is not None:
+        if rescore is not None or tune:
+            raise EmbedkitError("--rescore and --tune work on one index, not with --num-shards")
+        from embedkit.index.sharded import build_sharded
+
+        written = build_sharded(
+            folder,
+            output,
+            num_shards,
+            factory,
+            metric,
+            on_disk=on_disk,
+            train_size=train_size,
+            nprobe=nprobe,
+            ef_search=ef_search,
+        )
+        typer.echo(f"{folder.manifest['count']} vectors indexed as '{factory}' in {num_shards} shards at {written}")
+        return
+    if on_disk:  # streamed from the embedding shards: the corpus never sits in memory
+        from embedkit.index.ondisk import build_ondisk
+
+        built = build_ondisk(folder, output, factory, metric, train_size=train_size, nprobe=nprobe, ef_search=ef_search)
+    else:
+        built = Index.build(
+            folder.embeddings(),
+            folder.ids(),
+            factory=factory,
+            metric=metric,
+            train_size=train_size,
+            model_settings=folder.settings,
+            nprobe=nprobe,
+            ef_search=ef_search,
+        )
+    built.attach_vectors(folder)  # recorded in meta.json: rescoring and tuning read the float vectors from it
+    if rescore is not None:
+        built.set_search_params(rescore=rescore)
+    if tune:
+        from embedkit.index.tune import tune_index
+
+        tuning = tune_index(
+            built, target_recall=target_recall, dataset=tune_dataset, split=tune_split, data_dir=data_dir
+        )
+        typer.echo(f"tuned on {tuning.queries['source']}:")
+        typer.echo("\n".join(tuning.table()))
     built.save(output)
     typer.echo(f"{len(built)} vectors indexed as '{factory}' at {output}")
 

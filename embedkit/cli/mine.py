@@ -30,6 +30,7 @@ def mine(
     max_length: opt.MaxLength = None,
     dtype: opt.Dtype = "float32",
     device: opt.Device = None,
+    backend: opt.Backend = "torch",
 ) -> None:
     """Mine hard negatives from a rank window, skipping judged positives and near-positive scores.
 
@@ -41,7 +42,7 @@ def mine(
     settings = MiningSettings(
         split, range_min, range_max, num_negatives, margin, relative_margin, sampling, seed, factory
     )
-    embedder = opt.model_from_options(model, None, None, None, max_length, dtype, device, None)
+    embedder = opt.model_from_options(model, None, None, None, max_length, dtype, device, None, backend)
     data = load_dataset(dataset, data_dir=data_dir)
     records = mine_hard_negatives(embedder, data, settings, cache_dir=cache_dir)
     write_mined(output, records, embedder, data, settings)

@@ -19,11 +19,19 @@ DocumentPrompt = Annotated[Optional[str], typer.Option(help="Text put before eve
 MaxLength = Annotated[Optional[int], typer.Option(help="Truncate texts to this many tokens.")]
 Dtype = Annotated[str, typer.Option(help="float32 | bfloat16 | float16 (autocast).")]
 Device = Annotated[Optional[str], typer.Option(help="cuda | mps | cpu (default: the best present).")]
+Backend = Annotated[
+    str,
+    typer.Option(help="torch | torch-int8 | onnx | onnx-int8 (the int8 and ONNX ones run on the CPU, in float32)."),
+]
 BatchTokens = Annotated[Optional[int], typer.Option(help="Padded tokens per batch (default 4096 CPU, 65536 GPU).")]
 Dataset = Annotated[str, typer.Option("--dataset", "-d", help="BEIR dataset folder or name (e.g. scifact).")]
 DataDir = Annotated[Optional[Path], typer.Option(help="Folder holding BEIR datasets by name.")]
 Nprobe = Annotated[Optional[int], typer.Option(help="IVF lists to visit per query.")]
 EfSearch = Annotated[Optional[int], typer.Option("--ef-search", help="HNSW search depth.")]
+Rescore = Annotated[
+    Optional[int],
+    typer.Option(help="Re-rank the top k*N hits by exact float scores from the embeddings (SQ8, binary); 0 = off."),
+]
 
 
 def model_from_options(
@@ -35,6 +43,7 @@ def model_from_options(
     dtype: str,
     device: str | None,
     batch_tokens: int | None,
+    backend: str = "torch",
 ) -> EmbeddingModel:
     from embedkit.models.loading import load_model
 
@@ -47,4 +56,5 @@ def model_from_options(
         dtype=dtype,
         device=device,
         batch_tokens=batch_tokens,
+        backend=backend,
     )

@@ -21,9 +21,14 @@ def search(
     ignore_identical_ids: Annotated[bool, typer.Option(help="Drop hits whose id equals the query id.")] = False,
     nprobe: opt.Nprobe = None,
     ef_search: opt.EfSearch = None,
+    rescore: opt.Rescore = None,
+    embeddings: Annotated[
+        Optional[Path], typer.Option("--embeddings", "-e", help="Float vectors for --rescore (default: meta.json's).")
+    ] = None,
     model: opt.Model = None,
     dtype: opt.Dtype = "float32",
     device: opt.Device = None,
+    backend: opt.Backend = "torch",
 ) -> None:
     """Search an index with queries; the model defaults to the one recorded in the index's meta.json.
 
@@ -31,14 +36,16 @@ def search(
     """
     from embedkit.data.beir import load_dataset, load_queries
     from embedkit.errors import EmbedkitError
-    from embedkit.index.faiss_index import Index
+    from embedkit.index.sharded import load_index
     from embedkit.models.loading import load_model
     from embedkit.search.dense import dense_search
     from embedkit.search.trec import write_run
 
     if (dataset is None) == (queries is None):
         raise EmbedkitError("give exactly one of --dataset or --queries")
-    opened = Index.load(index)
+    opened = load_index(index)  # an index folder, or a sharded one (--num-shards)
+    if embeddings is not None:
+        opened.attach_vectors(embeddings)
     if queries is not None:
         texts = load_queries(queries)
     else:
@@ -53,10 +60,18 @@ def search(
         normalize=built_with.get("normalize"),
         dtype=dtype,
         device=device,
+        backend=backend,
     )
     opened.check_model(embedder.settings)
     run = dense_search(
-        embedder, opened, texts, k=k, ignore_identical_ids=ignore_identical_ids, nprobe=nprobe, ef_search=ef_search
+        embedder,
+        opened,
+        texts,
+        k=k,
+        ignore_identical_ids=ignore_identical_ids,
+        nprobe=nprobe,
+        ef_search=ef_search,
+        rescore=rescore,
     )
     write_run(output, run)
     typer.echo(f"{len(run)} queries searched; run written to {output}")

@@ -2,11 +2,18 @@
 
 The manifest is rewritten (atomically) after each shard, so a killed run resumes from the last complete shard and
 a rerun with unchanged settings is a cache hit that encodes nothing.
+
+Several workers can share the work: the corpus is cut into the same global shards as a single-process run, worker
+``i`` of ``n`` encodes block ``i`` of ``n`` contiguous blocks of them into the same folder and keeps its own part
+manifest (``manifest.part-0000i-of-0000n.json``), and a merge writes the ordinary ``manifest.json`` once every part
+is complete, so whatever reads the folder never learns how it was encoded.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +29,8 @@ from embedkit.storage import load_npy, save_npy, sha256_file, write_json, write_
 
 MANIFEST = "manifest.json"
 FORMAT = "embedkit.embeddings/1"
+KEY_FIELDS = ("settings", "corpus", "shard_size")
+PART_PATTERN = re.compile(r"manifest\.part-(\d+)-of-(\d+)\.json")
 
 
 def _columns(corpus: Any, start: int, stop: int) -> tuple[list[str], list[str]]:
@@ -44,6 +53,53 @@ def corpus_fingerprint(corpus: Any, chunk: int = 10_000) -> str:
     return digest.hexdigest()
 
 
+def part_name(shard_id: int, num_shards: int) -> str:
+    """File name of worker ``shard_id``'s part manifest; zero-padded so a listing sorts in worker order."""
+    return f"manifest.part-{shard_id:05d}-of-{num_shards:05d}.json"
+
+
+def shard_block(total_shards: int, shard_id: int, num_shards: int) -> range:
+    """The global shards worker ``shard_id`` of ``num_shards`` encodes: contiguous, block sizes differ by at most 1."""
+    return range(shard_id * total_shards // num_shards, (shard_id + 1) * total_shards // num_shards)
+
+
+def check_worker(shard_id: int, num_shards: int) -> None:
+    """Refuse a worker slice that does not exist (checked before any model or corpus is loaded)."""
+    if num_shards < 1:
+        raise EmbedkitError(f"--num-shards must be at least 1, not {num_shards}")
+    if not 0 <= shard_id < num_shards:
+        raise EmbedkitError(f"--shard-id must be in 0..{num_shards - 1} for --num-shards {num_shards}, not {shard_id}")
+
+
+def _read_manifest(path: Path) -> dict[str, Any] | None:
+    """A manifest's content, or None if it does not exist (another worker may remove it at any moment)."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    try:
+        manifest = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise EmbedkitError(f"malformed JSON ({err.msg})", path=path, line=err.lineno) from None
+    if manifest.get("format") != FORMAT:
+        raise EmbedkitError(f"unknown format {manifest.get('format')!r}", path=path, field="format")
+    return manifest
+
+
+def _key_of(manifest: dict[str, Any]) -> dict[str, Any]:
+    return {name: manifest.get(name) for name in KEY_FIELDS}
+
+
+def _differences(key: dict[str, Any], other: dict[str, Any]) -> str:
+    """The key fields that differ, e.g. ``settings.max_length, shard_size``."""
+    return ", ".join(
+        sorted(
+            [f"settings.{k}" for k in key["settings"] if key["settings"][k] != (other["settings"] or {}).get(k)]
+            + [name for name in ("corpus", "shard_size") if key[name] != other[name]]
+        )
+    )
+
+
 @dataclass
 class EmbeddingsFolder:
     """A finished (or partial) embeddings folder and its manifest."""
@@ -54,23 +110,22 @@ class EmbeddingsFolder:
 
     @classmethod
     def open(cls, path: str | Path) -> EmbeddingsFolder:
-        import json
-
         path = Path(path)
-        manifest_path = path / MANIFEST
-        if not manifest_path.is_file():
+        manifest = _read_manifest(path / MANIFEST)
+        if manifest is None:
+            if any(path.glob("manifest.part-*-of-*.json")):
+                raise EmbedkitError(
+                    "encoded by several workers but not merged yet (no manifest.json); run "
+                    "`embedkit encode --merge -o FOLDER` once every worker has finished",
+                    path=path,
+                )
             raise EmbedkitError("not an embeddings folder (no manifest.json)", path=path)
-        try:
-            manifest = json.loads(manifest_path.read_text())
-        except json.JSONDecodeError as err:
-            raise EmbedkitError(f"malformed JSON ({err.msg})", path=manifest_path, line=err.lineno) from None
-        if manifest.get("format") != FORMAT:
-            raise EmbedkitError(f"unknown format {manifest.get('format')!r}", path=manifest_path, field="format")
         return cls(path=path, manifest=manifest)
 
     @property
     def complete(self) -> bool:
-        return bool(self.manifest.get("complete"))
+        """The whole corpus is here; a worker's part is never complete, even once its own block is."""
+        return bool(self.manifest.get("complete")) and "worker" not in self.manifest
 
     @property
     def settings(self) -> dict[str, Any]:
@@ -101,6 +156,54 @@ def _shard_is_intact(folder: Path, shard: dict[str, Any]) -> bool:
     return vectors.is_file() and ids.is_file() and sha256_file(vectors) == shard["sha256"]
 
 
+def _reusable_shards(
+    folder: Path, key: dict[str, Any], block: range, own: Path, overwrite: bool
+) -> dict[int, dict[str, Any]]:
+    """Intact shards of ``block`` listed by any manifest in ``folder`` made with ``key``.
+
+    A manifest this run replaces (``manifest.json`` and its own part) made with other settings is refused unless
+    ``overwrite``; other workers' parts are theirs to replace, and the merge checks them.
+    """
+    worker = own.name != MANIFEST
+    sources = [folder / MANIFEST, *sorted(p for p in folder.glob("manifest.part-*-of-*.json") if p != own)]
+    sources = [own, *sources] if worker else sources
+    done: dict[int, dict[str, Any]] = {}
+    for path in sources:
+        manifest = _read_manifest(path)
+        if manifest is None:
+            continue
+        old_key = _key_of(manifest)
+        if old_key != key:
+            if path == own or path.name == MANIFEST:
+                if not overwrite:
+                    raise EmbedkitError(
+                        f"holds embeddings made with other settings (differs in: {_differences(key, old_key)}); "
+                        "pass overwrite (--overwrite) or choose another folder",
+                        path=path,
+                    )
+                if not worker:  # a single process owns the folder: nothing of the old run may survive
+                    for old in [*folder.glob("shard-*.npy"), *folder.glob("shard-*.docid")]:
+                        old.unlink(missing_ok=True)
+                    done.clear()
+                path.unlink(missing_ok=True)
+            continue
+        for shard in manifest["shards"]:
+            if shard["index"] in block and shard["index"] not in done and _shard_is_intact(folder, shard):
+                done[shard["index"]] = shard
+    return done
+
+
+def _remove_temporaries(folder: Path, block: range, own: Path) -> None:
+    """Leftovers of a killed write; a worker removes only its own, since other workers may be writing theirs."""
+    if own.name == MANIFEST:
+        stale = list(folder.glob(".*.tmp"))
+    else:
+        names = [own.name, *(f"shard-{i:05d}.{ext}" for i in block for ext in ("npy", "docid"))]
+        stale = [path for name in names for path in folder.glob(f".{name}.*.tmp")]
+    for path in stale:
+        path.unlink(missing_ok=True)
+
+
 def encode_to_folder(
     model: EmbeddingModel,
     corpus: Any,
@@ -108,12 +211,23 @@ def encode_to_folder(
     shard_size: int = 10_000,
     overwrite: bool = False,
     show_progress: bool | None = None,
+    shard_id: int = 0,
+    num_shards: int = 1,
+    merge: bool = True,
 ) -> EmbeddingsFolder:
-    """Encode ``corpus`` into ``folder``, reusing every intact shard encoded earlier with the same settings."""
+    """Encode ``corpus`` into ``folder``, reusing every intact shard encoded earlier with the same settings.
+
+    With ``num_shards > 1`` this process is worker ``shard_id``: it encodes only its block of the global shards
+    (see :func:`shard_block`) and records them in its part manifest, so any scheduler can run the workers
+    anywhere that sees the folder. With ``merge``, the worker that completes the last part also writes
+    ``manifest.json`` (:func:`merge_encoded_parts`); the result is then the whole folder (``complete``), otherwise
+    this worker's part.
+    """
+    check_worker(shard_id, num_shards)
+    if shard_size < 1:
+        raise EmbedkitError(f"--shard-size must be at least 1, not {shard_size}")
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    for stale in folder.glob(".*.tmp"):
-        stale.unlink()
     if len(corpus) == 0:
         raise EmbedkitError("the corpus is empty")
     key = {
@@ -121,42 +235,43 @@ def encode_to_folder(
         "corpus": {"sha256": corpus_fingerprint(corpus), "documents": len(corpus), "doc_text": DOC_TEXT_RULE},
         "shard_size": shard_size,
     }
-    done: dict[int, dict[str, Any]] = {}
-    if (folder / MANIFEST).is_file():
-        previous = EmbeddingsFolder.open(folder).manifest
-        old_key = {name: previous.get(name) for name in key}
-        if old_key != key and not overwrite:
-            changed = sorted(
-                [f"settings.{k}" for k in key["settings"] if key["settings"][k] != (old_key["settings"] or {}).get(k)]
-                + [name for name in ("corpus", "shard_size") if key[name] != old_key[name]]
-            )
-            raise EmbedkitError(
-                f"holds embeddings made with other settings (differs in: {', '.join(changed)}); "
-                "pass overwrite (--overwrite) or choose another folder",
-                path=folder / MANIFEST,
-            )
-        if old_key != key:  # overwrite: nothing of the old run may survive under the new manifest
-            for old in [*folder.glob("shard-*.npy"), *folder.glob("shard-*.docid"), folder / MANIFEST]:
-                old.unlink()
-        else:
-            done = {s["index"]: s for s in previous["shards"] if _shard_is_intact(folder, s)}
+    total = (len(corpus) + shard_size - 1) // shard_size
+    worker = num_shards > 1
+    block = shard_block(total, shard_id, num_shards) if worker else range(total)
+    own = folder / (part_name(shard_id, num_shards) if worker else MANIFEST)
+    _remove_temporaries(folder, block, own)
+    done = _reusable_shards(folder, key, block, own, overwrite)
 
-    num_shards = (len(corpus) + shard_size - 1) // shard_size
     manifest: dict[str, Any] = {
         "format": FORMAT,
         **key,
         "dim": model.dim,
         "dtype": "float32",
-        "num_shards": num_shards,
+        "num_shards": total,
         "count": 0,
         "complete": False,
         "shards": [],
         "library_versions": library_versions(),
     }
+    if worker:
+        manifest["worker"] = {"shard_id": shard_id, "num_shards": num_shards, "shards": [block.start, block.stop]}
+    else:
+        manifest["workers"] = 1
+
+    def record() -> None:
+        manifest["shards"] = [done[i] for i in sorted(done)]
+        manifest["count"] = sum(s["count"] for s in manifest["shards"])
+        manifest["complete"] = len(done) == len(block)
+        write_json(own, manifest)
+
+    if worker:  # at once: a part left complete by an earlier run must not invite a merge while this one redoes it
+        record()
     encoded = 0
+    block_docs = min(len(corpus), block.stop * shard_size) - block.start * shard_size if block else 0
     show = len(corpus) >= 1000 if show_progress is None else show_progress
-    with tqdm(total=len(corpus), desc="Encoding corpus", unit="doc", disable=not show) as bar:
-        for index in range(num_shards):
+    desc = f"Encoding corpus (worker {shard_id}/{num_shards})" if worker else "Encoding corpus"
+    with tqdm(total=block_docs, desc=desc, unit="doc", disable=not show) as bar:
+        for index in block:
             start, stop = index * shard_size, min(len(corpus), (index + 1) * shard_size)
             if index in done:
                 bar.update(stop - start)
@@ -174,8 +289,123 @@ def encode_to_folder(
                     "sha256": sha256_file(folder / f"{name}.npy"),
                 }
                 encoded += 1
-            manifest["shards"] = [done[i] for i in sorted(done)]
-            manifest["count"] = sum(s["count"] for s in manifest["shards"])
-            manifest["complete"] = len(done) == num_shards
-            write_json(folder / MANIFEST, manifest)
+            record()
+    if worker and merge and _parts_ready(folder, key, num_shards):
+        merged = merge_encoded_parts(folder, num_shards=num_shards)
+        return EmbeddingsFolder(path=folder, manifest=merged.manifest, encoded_shards=encoded)
     return EmbeddingsFolder(path=folder, manifest=manifest, encoded_shards=encoded)
+
+
+def _parts_ready(folder: Path, key: dict[str, Any], num_shards: int) -> bool:
+    """Every part is complete, made with ``key`` and its shard files exist; a stale part of an earlier run is not
+    ready (its worker will redo it), so an early finisher never fails on a part that is about to be replaced."""
+    for shard_id in range(num_shards):
+        manifest = _read_manifest(folder / part_name(shard_id, num_shards))
+        if manifest is None or not manifest.get("complete") or _key_of(manifest) != key:
+            return False
+        if not all((folder / shard["embeddings"]).is_file() for shard in manifest["shards"]):
+            return False
+    return True
+
+
+def pending_parts(folder: str | Path, num_shards: int) -> list[int]:
+    """Workers whose part is missing or incomplete."""
+    pending = []
+    for shard_id in range(num_shards):
+        manifest = _read_manifest(Path(folder) / part_name(shard_id, num_shards))
+        if manifest is None or not manifest.get("complete"):
+            pending.append(shard_id)
+    return pending
+
+
+def merge_encoded_parts(folder: str | Path, num_shards: int | None = None) -> EmbeddingsFolder:
+    """Write ``manifest.json`` from the part manifests of ``num_shards`` workers (default: the one count present).
+
+    Every part must be complete and made with the same settings, corpus and shard size, and every global shard must
+    be present and unchanged (sha256), so the merged folder is exactly what a single process would have written.
+    Merging again is harmless: the result is the same file.
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise EmbedkitError("no such embeddings folder", path=folder)
+    if num_shards is None:
+        counts = sorted({int(m[2]) for p in folder.iterdir() if (m := PART_PATTERN.fullmatch(p.name))})
+        if not counts:
+            raise EmbedkitError(
+                "no part manifests (manifest.part-*-of-*.json) to merge; encode with --shard-id/--num-shards first",
+                path=folder,
+            )
+        if len(counts) > 1:
+            raise EmbedkitError(
+                f"holds parts of runs with different --num-shards ({', '.join(map(str, counts))}); "
+                "pass --num-shards to choose one",
+                path=folder,
+            )
+        num_shards = counts[0]
+    check_worker(0, num_shards)
+
+    parts: list[tuple[Path, dict[str, Any]]] = []
+    for shard_id in range(num_shards):
+        path = folder / part_name(shard_id, num_shards)
+        manifest = _read_manifest(path)
+        if manifest is None:
+            raise EmbedkitError(f"missing: worker --shard-id {shard_id} of {num_shards} has not run", path=path)
+        parts.append((path, manifest))
+    first_path, first = parts[0]
+    key = _key_of(first)
+    for shard_id, (path, manifest) in enumerate(parts):
+        if _key_of(manifest) != key:
+            raise EmbedkitError(
+                f"made with other settings than {first_path.name} (differs in: {_differences(key, _key_of(manifest))})"
+                f"; rerun worker --shard-id {shard_id} with the same settings",
+                path=path,
+            )
+        expected = {"shard_id": shard_id, "num_shards": num_shards}
+        if {name: manifest.get("worker", {}).get(name) for name in expected} != expected:
+            raise EmbedkitError(f"does not record worker {shard_id} of {num_shards}", path=path, field="worker")
+        if not manifest.get("complete"):
+            start, stop = manifest["worker"]["shards"]
+            raise EmbedkitError(
+                f"incomplete ({len(manifest['shards'])} of {stop - start} shards); "
+                f"rerun worker --shard-id {shard_id} to finish it",
+                path=path,
+            )
+
+    shards: dict[int, dict[str, Any]] = {}
+    for _, manifest in parts:
+        shards.update((shard["index"], shard) for shard in manifest["shards"])
+    documents, shard_size, total = key["corpus"]["documents"], key["shard_size"], first["num_shards"]
+    for index in range(total):
+        shard = shards.get(index)
+        owner = next(i for i in range(num_shards) if index in shard_block(total, i, num_shards))
+        if shard is None:
+            raise EmbedkitError(
+                f"no part lists global shard {index}; rerun worker --shard-id {owner}",
+                path=folder / f"shard-{index:05d}.npy",
+            )
+        expected_count = min(documents, (index + 1) * shard_size) - index * shard_size
+        if shard["count"] != expected_count or not _shard_is_intact(folder, shard):
+            raise EmbedkitError(
+                f"missing or changed since worker {owner} encoded it (sha256 or count differs from its part "
+                f"manifest); rerun worker --shard-id {owner} to re-encode it",
+                path=folder / shard["embeddings"],
+            )
+
+    ordered = [shards[index] for index in range(total)]
+    versions = [manifest.get("library_versions") for _, manifest in parts]
+    merged: dict[str, Any] = {
+        "format": FORMAT,
+        **key,
+        "dim": first["dim"],
+        "dtype": first["dtype"],
+        "num_shards": total,
+        "count": sum(shard["count"] for shard in ordered),
+        "complete": True,
+        "shards": ordered,
+        "library_versions": versions[0],
+        "workers": num_shards,
+    }
+    if any(v != versions[0] for v in versions):  # worth knowing if the embeddings ever look inconsistent
+        merged["library_versions_by_worker"] = versions
+    write_json(folder / MANIFEST, merged)
+    return EmbeddingsFolder(path=folder, manifest=merged)

@@ -33,11 +33,16 @@ def _gpu_count() -> int:
     return faiss.get_num_gpus() if hasattr(faiss, "get_num_gpus") else 0
 
 
-def _to_gpu(index: faiss.Index) -> faiss.Index:
-    """Clone to all GPUs FAISS sees; keep the CPU index where the type has no GPU version."""
+def _to_gpu(index: faiss.Index, shard: bool = False) -> faiss.Index:
+    """Clone to all GPUs FAISS sees (``shard``: split the vectors among them, ``IndexShards``); keep the CPU index
+    where the type has no GPU version."""
     if _gpu_count() == 0:
         return index
     try:
+        if shard and _gpu_count() > 1 and hasattr(faiss, "GpuMultipleClonerOptions"):
+            options = faiss.GpuMultipleClonerOptions()
+            options.shard = True
+            return faiss.index_cpu_to_all_gpus(index, co=options)
         return faiss.index_cpu_to_all_gpus(index)
     except (RuntimeError, AttributeError) as err:
         logger.warning("keeping the index on CPU: %s", err)
@@ -60,20 +65,94 @@ def _as_matrix(vectors: np.ndarray, name: str) -> np.ndarray:
     return np.ascontiguousarray(vectors, dtype=np.float32)
 
 
-class Index:
-    """A FAISS index with string document ids and the settings it was built and is searched with."""
+def is_binary_factory(factory: str) -> bool:
+    """FAISS's binary factory strings start with 'B' (BFlat, BIVF64, BHNSW32); no float factory string does."""
+    return factory.startswith("B")
 
-    def __init__(self, index: faiss.Index, ids: list[str], meta: dict[str, Any]) -> None:
+
+def binarize(vectors: np.ndarray) -> np.ndarray:
+    """1 bit per dimension (1 where the value is > 0), packed 8 to a byte as FAISS's binary indexes take them."""
+    if vectors.shape[1] % 8:
+        raise EmbedkitError(
+            f"a binary index needs a dimension that is a multiple of 8, the vectors have {vectors.shape[1]}",
+            field="dim",
+        )
+    return np.packbits(vectors > 0, axis=1)
+
+
+def _set_binary_parameter(index: faiss.IndexBinary, name: str, value: int, factory: str | None) -> None:
+    """``ParameterSpace`` does not know binary indexes: set IVF ``nprobe`` / HNSW ``efSearch`` directly."""
+    inner = faiss.downcast_IndexBinary(index)
+    if name == "nprobe" and isinstance(inner, faiss.IndexBinaryIVF):
+        inner.nprobe = value
+    elif name == "efSearch" and isinstance(inner, faiss.IndexBinaryHNSW):
+        inner.hnsw.efSearch = value
+    else:
+        raise EmbedkitError(f"index '{factory}' has no search parameter '{name}'", field=name)
+
+
+def _check_rescore(rescore: int) -> int:
+    if int(rescore) != rescore or rescore < 0:
+        raise EmbedkitError(f"rescore must be a whole number >= 0 (0 = off), got {rescore}", field="rescore")
+    return int(rescore)
+
+
+class Index:
+    """A FAISS index with string document ids and the settings it was built and is searched with.
+
+    A binary index (factory 'B...') holds 1 bit per dimension and is searched by Hamming distance; its scores are
+    ``dim - 2 * hamming``, the inner product of the ±1 sign vectors, so larger is better as for 'ip'.
+    """
+
+    def __init__(self, index: faiss.Index | faiss.IndexBinary, ids: list[str], meta: dict[str, Any]) -> None:
         if index.ntotal != len(ids):
             raise EmbedkitError(f"the index holds {index.ntotal} vectors but {len(ids)} document ids were given")
         self.faiss_index = index
         self.ids = ids
         self.meta = meta
         self.search_params: dict[str, int] = dict(meta.get("search_params") or {})
+        self._vectors: Any = None
 
     @property
     def dim(self) -> int:
         return int(self.faiss_index.d)
+
+    @property
+    def binary(self) -> bool:
+        return isinstance(self.faiss_index, faiss.IndexBinary)
+
+    def attach_vectors(self, vectors: Any) -> None:
+        """The float vectors (row ``i`` = document ``i``) that ``rescore`` and tuning score exactly with.
+
+        An array, an ``EmbeddingsFolder`` or an embeddings folder path; a folder is read memory-mapped and its
+        path is recorded in meta.json (``vectors``), so a loaded index finds it again.
+        """
+        from embedkit.index.rescore import FloatVectors
+
+        opened = FloatVectors.open(vectors)
+        if len(opened) != len(self) or opened.dim != self.dim:
+            raise EmbedkitError(
+                f"the float vectors are {len(opened)} x {opened.dim}, the index {len(self)} x {self.dim}",
+                path=opened.path,
+            )
+        if opened.folder is not None and opened.folder.ids() != self.ids:
+            raise EmbedkitError("the embeddings folder lists other document ids than the index", path=opened.path)
+        if opened.path is not None:
+            self.meta["vectors"] = {"path": str(opened.path.resolve()), "count": len(opened)}
+        self._vectors = opened
+
+    @property
+    def vectors(self) -> Any:
+        """The attached float vectors (a ``FloatVectors``), opening meta.json's embeddings folder on first use."""
+        if self._vectors is None:
+            recorded = (self.meta.get("vectors") or {}).get("path")
+            if not recorded:
+                raise EmbedkitError(
+                    "exact scoring needs the float vectors: build the index from an embeddings folder or attach them"
+                    " (Index.attach_vectors, --embeddings)"
+                )
+            self.attach_vectors(recorded)
+        return self._vectors
 
     def __len__(self) -> int:
         return int(self.faiss_index.ntotal)
@@ -100,20 +179,25 @@ class Index:
             raise EmbedkitError(f"{len(embeddings)} vectors but {len(ids)} document ids")
         if metric not in METRICS:
             raise EmbedkitError(f"unknown metric '{metric}' (choose from {', '.join(METRICS)})", field="metric")
+        binary = is_binary_factory(factory)
+        data = binarize(embeddings) if binary else embeddings
         try:
-            index = faiss.index_factory(embeddings.shape[1], factory, METRICS[metric])
+            if binary:
+                index = faiss.index_binary_factory(embeddings.shape[1], factory)
+            else:
+                index = faiss.index_factory(embeddings.shape[1], factory, METRICS[metric])
         except RuntimeError as err:
             raise EmbedkitError(
                 f"FAISS cannot build factory string '{factory}': {_faiss_reason(err)}", field="factory"
             ) from None
-        if use_gpu:
+        if use_gpu and not binary:
             index = _to_gpu(index)
         trained_on = 0
         if not index.is_trained:
-            sample = embeddings
-            if len(embeddings) > train_size:
-                rows = np.random.default_rng(seed).choice(len(embeddings), train_size, replace=False)
-                sample = embeddings[np.sort(rows)]
+            sample = data
+            if len(data) > train_size:
+                rows = np.random.default_rng(seed).choice(len(data), train_size, replace=False)
+                sample = data[np.sort(rows)]
             try:
                 index.train(sample)
             except RuntimeError as err:
@@ -121,12 +205,13 @@ class Index:
                     f"training '{factory}' on {len(sample)} vectors failed: {_faiss_reason(err)}"
                 ) from None
             trained_on = len(sample)
-        for start in range(0, len(embeddings), add_batch_size):
-            index.add(embeddings[start : start + add_batch_size])
+        for start in range(0, len(data), add_batch_size):
+            index.add(data[start : start + add_batch_size])
         meta = {
             "format": FORMAT,
             "factory": factory,
             "metric": metric,
+            "binary": binary,
             "dim": int(embeddings.shape[1]),
             "count": len(ids),
             "trained_on": trained_on,
@@ -139,10 +224,17 @@ class Index:
         built.set_search_params(nprobe=nprobe, ef_search=ef_search)
         return built
 
-    def set_search_params(self, nprobe: int | None = None, ef_search: int | None = None) -> None:
-        """Set IVF ``nprobe`` / HNSW ``efSearch`` (also through OPQ or other pre-transforms); kept in ``meta.json``."""
+    def set_search_params(
+        self, nprobe: int | None = None, ef_search: int | None = None, rescore: int | None = None
+    ) -> None:
+        """Set IVF ``nprobe`` / HNSW ``efSearch`` (also through OPQ or other pre-transforms) and the default
+        ``rescore`` factor (0 = off); kept in ``meta.json``."""
         for name, value in (("nprobe", nprobe), ("efSearch", ef_search)):
             if value is None:
+                continue
+            if self.binary:
+                _set_binary_parameter(self.faiss_index, name, int(value), self.meta.get("factory"))
+                self.search_params[name] = int(value)
                 continue
             space = faiss.GpuParameterSpace() if _gpu_count() and hasattr(faiss, "GpuParameterSpace") else None
             space = space or faiss.ParameterSpace()
@@ -153,6 +245,8 @@ class Index:
                     f"index '{self.meta.get('factory')}' has no search parameter '{name}'", field=name
                 ) from None
             self.search_params[name] = int(value)
+        if rescore is not None:
+            self.search_params["rescore"] = _check_rescore(rescore)
         self.meta["search_params"] = dict(self.search_params)
 
     def search(
@@ -162,23 +256,63 @@ class Index:
         *,
         nprobe: int | None = None,
         ef_search: int | None = None,
+        rescore: int | None = None,
         batch_size: int = 4096,
     ) -> tuple[np.ndarray, list[list[str]]]:
-        """Top-``k`` scores and document ids per query row (fewer than ``k`` where the index has fewer hits)."""
+        """Top-``k`` scores and document ids per query row (fewer than ``k`` where the index has fewer hits).
+
+        ``rescore=M`` takes the top ``k*M`` candidates from the (compressed) index and re-ranks them by their exact
+        float scores, read from the attached vectors (see ``attach_vectors``); ``None`` uses the index's setting.
+        """
+        scores, labels = self.search_rows(
+            queries, k, nprobe=nprobe, ef_search=ef_search, rescore=rescore, batch_size=batch_size
+        )
+        hits = [[self.ids[j] for j in row if j >= 0] for row in labels]
+        return scores, hits
+
+    def search_rows(
+        self,
+        queries: np.ndarray,
+        k: int = 10,
+        *,
+        nprobe: int | None = None,
+        ef_search: int | None = None,
+        rescore: int | None = None,
+        batch_size: int = 4096,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``search`` with row numbers (-1 where there is no hit) instead of document ids."""
         queries = _as_matrix(queries, "queries")
         if queries.shape[1] != self.dim:
             raise EmbedkitError(
                 f"query dimension {queries.shape[1]} does not match the index dimension {self.dim}", field="dim"
             )
         self.set_search_params(nprobe=nprobe, ef_search=ef_search)
+        factor = _check_rescore(self.search_params.get("rescore", 0) if rescore is None else rescore)
         k = min(k, len(self))
+        depth = min(k * factor, len(self)) if factor else k
         scores = np.empty((len(queries), k), dtype=np.float32)
         labels = np.empty((len(queries), k), dtype=np.int64)
         for start in range(0, len(queries), batch_size):
             stop = start + batch_size
-            scores[start:stop], labels[start:stop] = self.faiss_index.search(queries[start:stop], k)
-        hits = [[self.ids[j] for j in row if j >= 0] for row in labels]
-        return scores, hits
+            batch = queries[start:stop]
+            if self.binary:
+                hamming, rows = self.faiss_index.search(binarize(batch), depth)
+                found = (self.dim - 2 * hamming).astype(np.float32)
+            else:
+                found, rows = self.faiss_index.search(batch, depth)
+            if factor:
+                from embedkit.index.rescore import rescore as exact_rescore
+
+                found, rows = exact_rescore(batch, rows, self.vectors, k, self.metric)
+            scores[start:stop], labels[start:stop] = found, rows
+        return scores, labels
+
+    @property
+    def metric(self) -> str:
+        """'ip' or 'l2': how exact float scores compare (meta.json's, else the FAISS index's own)."""
+        if self.meta.get("metric") in METRICS:
+            return self.meta["metric"]
+        return "l2" if not self.binary and self.faiss_index.metric_type == faiss.METRIC_L2 else "ip"
 
     def check_model(self, settings: dict[str, Any]) -> None:
         """Refuse to search with a model other than the one that built the index."""
@@ -196,7 +330,12 @@ class Index:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}."))
         try:
-            faiss.write_index(_to_cpu(self.faiss_index), str(tmp / "index"))
+            if self.binary:
+                faiss.write_index_binary(self.faiss_index, str(tmp / "index"))
+            else:
+                from embedkit.index.ondisk import write_index_file  # lazy: it imports this module
+
+                write_index_file(_to_cpu(self.faiss_index), tmp, path)  # with index.ivfdata for an on-disk index
             write_lines(tmp / "docid", self.ids)
             write_json(tmp / "meta.json", self.meta)
             if path.exists():
@@ -208,11 +347,27 @@ class Index:
         return path
 
     @classmethod
-    def load(cls, path: str | Path, use_gpu: bool = True, model_settings: dict[str, Any] | None = None) -> Index:
-        """Open an embedkit or pyserini index folder; check ids, vectors and (optionally) the model agree."""
+    def load(
+        cls,
+        path: str | Path,
+        use_gpu: bool = True,
+        model_settings: dict[str, Any] | None = None,
+        vectors: Any = None,
+        shard_gpus: bool = False,
+    ) -> Index:
+        """Open an embedkit or pyserini index folder; check ids, vectors and (optionally) the model agree.
+
+        ``vectors`` (an embeddings folder or array) replaces meta.json's record of the float vectors for rescoring.
+        ``shard_gpus`` spreads the vectors over all GPUs (``IndexShards``) instead of copying all to each.
+        A sharded index folder is opened by ``embedkit.index.load_index``.
+        """
         path = Path(path)
         if not path.is_dir():
             raise EmbedkitError("no such index folder", path=path)
+        if not (path / "index").exists() and (path / "meta.json").is_file():
+            from embedkit.index.sharded import refuse_sharded  # lazy: it imports this module
+
+            refuse_sharded(path)
         for name in ("index", "docid"):
             if not (path / name).is_file():
                 raise EmbedkitError(f"the index folder has no '{name}' file", path=path)
@@ -222,7 +377,13 @@ class Index:
                 meta = json.loads((path / "meta.json").read_text())
             except json.JSONDecodeError as err:
                 raise EmbedkitError(f"malformed JSON ({err.msg})", path=path / "meta.json", line=err.lineno) from None
-        index = faiss.read_index(str(path / "index"))
+        binary = bool(meta.get("binary"))
+        if binary:
+            index = faiss.read_index_binary(str(path / "index"))
+        else:  # an on-disk index's lists are mapped from the index.ivfdata beside 'index', whatever the cwd
+            from embedkit.index.ondisk import read_index_file  # lazy: it imports this module
+
+            index = read_index_file(path / "index", on_disk=bool(meta.get("on_disk")))
         ids = (path / "docid").read_text(encoding="utf-8").splitlines()
         if index.ntotal != len(ids):
             raise EmbedkitError(f"'index' holds {index.ntotal} vectors but 'docid' lists {len(ids)} ids", path=path)
@@ -231,9 +392,12 @@ class Index:
         meta.setdefault("format", FORMAT)
         meta.setdefault("dim", int(index.d))
         meta.setdefault("count", len(ids))
-        loaded = cls(_to_gpu(index) if use_gpu else index, ids, meta)
+        on_disk = bool(meta.get("on_disk"))  # searched where it lies: a GPU copy would need all its lists in memory
+        loaded = cls(_to_gpu(index, shard=shard_gpus) if use_gpu and not (binary or on_disk) else index, ids, meta)
         if loaded.search_params:
             loaded.set_search_params(loaded.search_params.get("nprobe"), loaded.search_params.get("efSearch"))
         if model_settings is not None:
             loaded.check_model(model_settings)
+        if vectors is not None:
+            loaded.attach_vectors(vectors)
         return loaded

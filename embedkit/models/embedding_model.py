@@ -35,6 +35,8 @@ class EmbeddingModel:
         dtype: str,
         device: str,
         batch_tokens: int | None = None,
+        backend: str = "torch",
+        backend_config: dict[str, Any] | None = None,
     ) -> None:
         self.st = st
         self.name = name
@@ -47,6 +49,8 @@ class EmbeddingModel:
         self.dtype = dtype
         self.device = device
         self.batch_tokens = batch_tokens or (4096 if device == "cpu" else 65536)
+        self.backend = backend
+        self.backend_config = backend_config or {}
 
     @property
     def max_length(self) -> int:
@@ -74,7 +78,7 @@ class EmbeddingModel:
     @property
     def settings(self) -> dict[str, Any]:
         """Everything that changes the embeddings, as recorded in manifests, indexes and reports."""
-        return {
+        settings = {
             "model": self.name,
             "revision": self.revision,
             "weights_sha256": self.weights_sha256,
@@ -85,7 +89,11 @@ class EmbeddingModel:
             "normalize": self.normalize,
             "dtype": self.dtype,
             "dim": self.dim,
+            "backend": self.backend,
         }
+        if self.backend_config:  # how an int8 or ONNX backend was built: its quantisation, its runtime's version
+            settings["backend_config"] = self.backend_config
+        return settings
 
     def encode(
         self, texts: Sequence[str], prompt: str = "", show_progress: bool | None = None, progress: Any = None

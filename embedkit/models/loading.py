@@ -11,6 +11,7 @@ from sentence_transformers.sentence_transformer.modules import Pooling
 from transformers import AutoConfig
 
 from embedkit.errors import EmbedkitError
+from embedkit.models.backends import apply_backend, check_backend
 from embedkit.models.device import DTYPES, pick_device
 from embedkit.models.embedding_model import EmbeddingModel
 
@@ -86,14 +87,17 @@ def load_model(
     device: str | None = None,
     revision: str | None = None,
     batch_tokens: int | None = None,
+    backend: str = "torch",
 ) -> EmbeddingModel:
     """Load an embedding model; ``None`` is the packaged all-MiniLM-L6-v2.
 
     Every argument left as ``None`` takes the model's own value (its prompts, max length, pooling and whether it
-    normalises); what is used is recorded in ``model.settings``.
+    normalises); what is used is recorded in ``model.settings``. ``backend`` is ``torch`` (with ``dtype`` float32 or
+    bfloat16/float16 autocast) or a CPU one: ``torch-int8``, ``onnx``, ``onnx-int8`` (see ``embedkit.models.backends``).
     """
     if dtype not in DTYPES:
         raise EmbedkitError(f"unknown dtype '{dtype}' (choose from {', '.join(DTYPES)})", field="dtype")
+    device = check_backend(backend, dtype, device)
     name = DEFAULT_MODEL_NAME if name_or_path is None else str(name_or_path)
     # The packaged default answers to its Hub name too, so recorded settings reload offline.
     packaged = name_or_path is None or name == DEFAULT_MODEL_NAME
@@ -120,6 +124,7 @@ def load_model(
         model = SentenceTransformer(modules=[m for m in model if not isinstance(m, Normalize)], device=device)
     if max_length is not None:
         model.max_seq_length = max_length
+    backend_config = apply_backend(model, backend)
     prompts = getattr(model, "prompts", {}) or {}
     return EmbeddingModel(
         model,
@@ -133,4 +138,6 @@ def load_model(
         dtype=dtype,
         device=device,
         batch_tokens=batch_tokens,
+        backend=backend,
+        backend_config=backend_config,
     )

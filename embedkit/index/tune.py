@@ -1,0 +1,261 @@
+"""Tune an approximate index: sweep IVF ``nprobe`` or HNSW ``efSearch``, measure recall@k against exact search and
+queries per second, and keep the fastest setting that reaches the target recall.
+
+The default queries are a seeded sample of the corpus vectors themselves (no model needed); real queries, encoded
+with the model that made the embeddings, give a curve closer to what users will see.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import faiss
+import numpy as np
+
+from embedkit.errors import EmbedkitError
+from embedkit.index.faiss_index import Index
+from embedkit.index.rescore import FloatVectors, exact_search
+
+EF_SEARCH_VALUES = (16, 32, 64, 128, 256, 512, 1024)
+
+
+def _powers_of_two(limit: int) -> list[int]:
+    values = [1]
+    while values[-1] * 2 < limit:
+        values.append(values[-1] * 2)
+    return sorted({*values, limit})
+
+
+def _unwrap(index: Any) -> Any:
+    """The index under pre-transforms (OPQ, PCA, ...) and refinement wrappers."""
+    inner = faiss.downcast_index(index)
+    while True:
+        if isinstance(inner, faiss.IndexPreTransform):
+            inner = faiss.downcast_index(inner.index)
+        elif isinstance(inner, faiss.IndexRefine):
+            inner = faiss.downcast_index(inner.base_index)
+        else:
+            return inner
+
+
+def sweep_values(index: Index, k: int = 10) -> tuple[str, list[int]]:
+    """The parameter that trades speed for recall on ``index`` and the values worth sweeping.
+
+    IVF: ``nprobe`` in powers of two up to ``nlist``; HNSW: ``efSearch`` 16..1024 (values under ``k`` act as ``k``).
+    """
+    if index.binary:
+        inner = faiss.downcast_IndexBinary(index.faiss_index)
+        ivf = inner if isinstance(inner, faiss.IndexBinaryIVF) else None
+        hnsw = isinstance(inner, faiss.IndexBinaryHNSW)
+    else:
+        ivf = faiss.try_extract_index_ivf(index.faiss_index)
+        inner = _unwrap(index.faiss_index)
+        if ivf is None and hasattr(inner, "nlist") and hasattr(inner, "nprobe"):  # a GPU IVF index
+            ivf = inner
+        hnsw = hasattr(inner, "hnsw")
+    if ivf is not None:
+        return "nprobe", _powers_of_two(int(ivf.nlist))
+    if hnsw:
+        return "efSearch", sorted({max(value, k) for value in EF_SEARCH_VALUES})
+    raise EmbedkitError(
+        f"index '{index.meta.get('factory')}' has nothing to tune (only IVF nprobe and HNSW efSearch are)",
+        field="factory",
+    )
+
+
+def _current_value(index: Index, param: str) -> int:
+    """The value FAISS searches with now (set or default), to restore after a sweep."""
+    if index.binary:
+        inner = faiss.downcast_IndexBinary(index.faiss_index)
+    else:
+        inner = faiss.try_extract_index_ivf(index.faiss_index) if param == "nprobe" else None
+        inner = inner or _unwrap(index.faiss_index)
+    return int(inner.nprobe if param == "nprobe" else inner.hnsw.efSearch)
+
+
+def _restore(index: Index, keyword: str, value: int, params: dict[str, int]) -> None:
+    index.set_search_params(**{keyword: value})
+    index.search_params = dict(params)
+    index.meta["search_params"] = dict(params)
+
+
+@dataclass
+class Tuning:
+    """The measured curve and the chosen setting (the fastest with recall@k >= the target)."""
+
+    param: str
+    value: int
+    recall_at_k: float
+    qps: float
+    k: int
+    target_recall: float
+    queries: dict[str, Any]
+    curve: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_meta(self) -> dict[str, Any]:
+        """The record kept in the index's meta.json (``tuning``)."""
+        return {
+            "param": self.param,
+            "value": self.value,
+            "recall_at_k": self.recall_at_k,
+            "qps": self.qps,
+            "k": self.k,
+            "target_recall": self.target_recall,
+            "queries": self.queries,
+            "curve": self.curve,
+        }
+
+    def table(self) -> list[str]:
+        """The curve as aligned text lines, the chosen row marked."""
+        lines = [f"{self.param:>9}  {f'recall@{self.k}':>10}  {'QPS':>10}"]
+        for point in self.curve:
+            mark = "  <- chosen" if point["value"] == self.value else ""
+            lines.append(f"{point['value']:>9}  {point['recall_at_k']:>10.4f}  {point['qps']:>10.0f}{mark}")
+        return lines
+
+
+def recall_at_k(truth: np.ndarray, found: np.ndarray) -> float:
+    """Mean share of each query's exact top-k rows that ``found`` also returns."""
+    shares = []
+    for exact, approx in zip(truth, found):
+        exact = exact[exact >= 0]
+        if len(exact):
+            shares.append(len(np.intersect1d(exact, approx[approx >= 0])) / len(exact))
+    return float(np.mean(shares)) if shares else 1.0
+
+
+def _timed(index: Index, queries: np.ndarray, k: int, repeats: int) -> tuple[np.ndarray, float]:
+    """Rows of one batch search of all queries, and the best wall time of ``repeats`` runs."""
+    best = np.inf
+    rows = np.empty(0)
+    for _ in range(max(1, repeats)):
+        start = time.perf_counter()
+        _, rows = index.search_rows(queries, k)
+        best = min(best, time.perf_counter() - start)
+    return rows, best
+
+
+def tune(
+    index: Index,
+    queries: np.ndarray | None = None,
+    *,
+    ground_truth: np.ndarray | None = None,
+    vectors: Any = None,
+    k: int = 10,
+    target_recall: float = 0.95,
+    values: list[int] | None = None,
+    sample: int = 1000,
+    seed: int = 0,
+    repeats: int = 3,
+    extra_points: int = 2,
+    query_source: str | None = None,
+    apply: bool = True,
+) -> Tuning:
+    """Sweep the index's search parameter and choose the fastest setting whose recall@k reaches ``target_recall``.
+
+    ``queries`` default to a seeded ``sample`` of the float vectors; ``ground_truth`` (exact top-k rows per query)
+    defaults to exact search over the float vectors (``vectors``, else the index's attached ones), streamed from
+    disk. The sweep stops ``extra_points`` settings after the target is first reached, or at recall 1. With
+    ``apply`` the choice is set on the index and recorded with the curve in ``index.meta["tuning"]``.
+    """
+    if not 0 < target_recall <= 1:
+        raise EmbedkitError(f"the target recall must be in (0, 1], got {target_recall}", field="target_recall")
+    if k < 1:
+        raise EmbedkitError(f"k must be >= 1, got {k}", field="k")
+    param, default_values = sweep_values(index, k)
+    values = sorted(set(values)) if values else default_values
+    float_vectors = None
+    if queries is None or ground_truth is None:
+        float_vectors = FloatVectors.open(vectors) if vectors is not None else index.vectors
+    if queries is None:
+        queries = float_vectors.sample(sample, seed)
+        query_source = query_source or f"{len(queries)} corpus vectors sampled with seed {seed}"
+    queries = np.ascontiguousarray(queries, dtype=np.float32)
+    if ground_truth is None:
+        _, ground_truth = exact_search(queries, float_vectors, k, index.metric)
+    keyword = "nprobe" if param == "nprobe" else "ef_search"
+    before, params_before = _current_value(index, param), dict(index.search_params)
+    curve: list[dict[str, Any]] = []
+    reached_at = None
+    for value in values:
+        index.set_search_params(**{keyword: value})
+        rows, seconds = _timed(index, queries, k, repeats)
+        recall = recall_at_k(ground_truth, rows)
+        curve.append({"param": param, "value": value, "recall_at_k": recall, "qps": len(queries) / seconds})
+        if recall >= target_recall and reached_at is None:
+            reached_at = len(curve)
+        if recall >= 1.0 or (reached_at is not None and len(curve) - reached_at >= extra_points):
+            break
+    passing = [point for point in curve if point["recall_at_k"] >= target_recall]
+    if not passing:
+        _restore(index, keyword, before, params_before)
+        best = max(curve, key=lambda point: point["recall_at_k"])
+        raise EmbedkitError(
+            f"no {param} reaches recall@{k} {target_recall}: the best is {best['recall_at_k']:.4f} at "
+            f"{param}={best['value']}; lower the target recall, rescore, or choose a finer index",
+            field="target_recall",
+        )
+    chosen = max(passing, key=lambda point: point["qps"])
+    result = Tuning(
+        param=param,
+        value=chosen["value"],
+        recall_at_k=chosen["recall_at_k"],
+        qps=chosen["qps"],
+        k=k,
+        target_recall=target_recall,
+        queries={"count": len(queries), "source": query_source or "given"},
+        curve=curve,
+    )
+    if apply:
+        index.set_search_params(**{keyword: result.value})
+        index.meta["tuning"] = result.to_meta()
+    else:
+        _restore(index, keyword, before, params_before)
+    return result
+
+
+def dataset_query_vectors(
+    model_settings: dict[str, Any], dataset: str, split: str | None = None, data_dir: str | Path | None = None
+) -> tuple[np.ndarray, str]:
+    """A dataset's queries encoded with the model recorded in the embeddings (its prompts and length limits)."""
+    from embedkit.data.beir import load_dataset
+    from embedkit.models.loading import load_model
+
+    data = load_dataset(dataset, data_dir=data_dir)
+    texts = data.split_queries(split) if split else data.queries
+    if not texts:
+        raise EmbedkitError(f"the dataset has no queries{f' in split {split!r}' if split else ''}", path=dataset)
+    model = load_model(
+        model_settings.get("model"),
+        query_prompt=model_settings.get("query_prompt"),
+        document_prompt=model_settings.get("document_prompt"),
+        max_length=model_settings.get("max_length"),
+        normalize=model_settings.get("normalize"),
+    )
+    vectors = model.encode_queries(list(texts.values()))
+    return vectors, f"{len(texts)} queries of {data.name}{f' ({split})' if split else ''}"
+
+
+def tune_index(
+    index: Index,
+    *,
+    target_recall: float = 0.95,
+    k: int = 10,
+    dataset: str | None = None,
+    split: str | None = None,
+    data_dir: str | Path | None = None,
+    **options: Any,
+) -> Tuning:
+    """``tune`` with a dataset's real queries when one is named (encoded with the index's model), else a sample of
+    the corpus vectors; what ``embedkit index --tune`` runs."""
+    queries, source = None, None
+    if dataset is not None:
+        if not index.meta.get("model"):
+            raise EmbedkitError("tuning on a dataset's queries needs the model recorded in the index's meta.json")
+        queries, source = dataset_query_vectors(index.meta["model"], dataset, split, data_dir)
+    elif split is not None:
+        raise EmbedkitError("--tune-split needs --tune-dataset")
+    return tune(index, queries, k=k, target_recall=target_recall, query_source=source, **options)
