@@ -133,7 +133,9 @@ def scifact_flat(rounds: int = 5) -> dict:
 
     model = load_model(device="cpu")
     data = load_dataset("scifact")
-    folder = evaluate(model, data, "test")["embeddings_cache"]["path"]
+    # the test suite's cache of the same embeddings when present (.cache/embeddings), else embedkit's default
+    cache = Path(__file__).resolve().parents[1] / ".cache" / "embeddings"
+    folder = evaluate(model, data, "test", cache_dir=cache if cache.is_dir() else None)["embeddings_cache"]["path"]
     from embedkit.encode.shards import EmbeddingsFolder
 
     emb = EmbeddingsFolder.open(folder)
