@@ -25,6 +25,7 @@ from embedkit.index.faiss_index import (
     binarize,
     is_binary_factory,
 )
+from embedkit.index.rescore import FloatVectors
 from embedkit.report.environment import library_versions
 
 if TYPE_CHECKING:  # importing it would pull in the model stack (torch)
@@ -50,6 +51,7 @@ class FolderVectors:
         self.path = path
         self.dim = dims.pop()
         self.starts = np.cumsum([0] + [len(ids) for ids, _ in shards])
+        self.floats = FloatVectors([vectors for _, vectors in shards], path)  # gathers and samples rows
 
     @classmethod
     def open(cls, folder: EmbeddingsFolder) -> FolderVectors:
@@ -82,15 +84,6 @@ class FolderVectors:
                 last = min(hi, first + batch_size)
                 yield int(self.starts[shard]) + first, np.ascontiguousarray(vectors[first:last], dtype=np.float32)
 
-    def rows(self, rows: np.ndarray) -> np.ndarray:
-        """The vectors at sorted global ``rows``, gathered shard by shard."""
-        shard_of = np.searchsorted(self.starts, rows, side="right") - 1
-        parts = [
-            np.asarray(self.shards[shard][1][rows[shard_of == shard] - self.starts[shard]], dtype=np.float32)
-            for shard in np.unique(shard_of)
-        ]
-        return np.ascontiguousarray(np.concatenate(parts) if parts else np.empty((0, self.dim), np.float32))
-
     def range_meta(self, start: int, stop: int) -> dict[str, Any]:
         """What meta.json records of the rows an index holds: ``rows`` for part of the folder; for all of it the
         folder itself (``vectors``, as ``Index.attach_vectors`` records it), where rescoring reads the floats."""
@@ -100,9 +93,7 @@ class FolderVectors:
 
     def sample(self, train_size: int, seed: int) -> np.ndarray:
         """The rows ``Index.build`` would train on: a seeded ``train_size`` sample, or everything if smaller."""
-        if len(self) <= train_size:
-            return self.rows(np.arange(len(self)))
-        return self.rows(np.sort(np.random.default_rng(seed).choice(len(self), train_size, replace=False)))
+        return self.floats.sample(train_size, seed)
 
 
 def new_index(dim: int, factory: str, metric: str) -> faiss.Index | faiss.IndexBinary:
