@@ -25,7 +25,6 @@ import argparse
 import json
 import os
 import platform
-import resource
 import statistics
 import subprocess
 import sys
@@ -40,6 +39,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import numpy as np
 import torch
+from peak_memory import peak_rss_mib
 from sentence_transformers import SentenceTransformer
 
 from embedkit import load_dataset, load_model
@@ -82,30 +82,16 @@ def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a * b).sum(axis=1)
 
 
-def _rss_mb() -> float:
-    """Peak resident memory of this process so far.
-
-    Linux's VmHWM, not ru_maxrss: a forked child's ru_maxrss starts at its parent's peak and keeps it through exec.
-    """
-    status = Path("/proc/self/status")
-    if status.is_file():
-        for line in status.read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak / (1 << 20) if sys.platform == "darwin" else peak / 1024
-
-
 def child(args: argparse.Namespace) -> None:
     """One encoder in a fresh process: its peak RSS over loading and one encode of the texts.
 
     The texts come in a JSON file: loading the dataset itself peaks far above any encoder and would hide them.
     """
     texts = json.loads(Path(args.texts_file).read_text())
-    before = _rss_mb()
+    before = peak_rss_mib()
     encoders, _ = _encoders([args.child])
     encoders[args.child](texts)
-    print(json.dumps({"rss_before_load_mb": round(before, 1), "peak_rss_mb": round(_rss_mb(), 1)}))
+    print(json.dumps({"rss_before_load_mb": round(before, 1), "peak_rss_mb": round(peak_rss_mib(), 1)}))
 
 
 def _texts(args: argparse.Namespace) -> list[str]:

@@ -5,7 +5,7 @@
 
 Vectors are synthetic, 384-d (all-MiniLM-L6-v2's size), L2-normalised, with clustered structure (2,000 Gaussian
 centres); 1,000 queries come from the same distribution. Each (size, factory, implementation) is built in its own
-child process, so its peak RSS (``ru_maxrss``) is its own; the vectors are read memory-mapped from a ``.npy``.
+child process, so its peak RSS (Linux ``VmHWM``) is its own; the vectors are read memory-mapped from a ``.npy``.
 Queries/s is the best of 3 timed batch searches of all queries at k=10; recall@10 is against exact inner-product
 search. Both sides train on the same seeded sample of ``train_size`` vectors. Writes ``result.json``.
 """
@@ -15,13 +15,13 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import resource
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
+from peak_memory import peak_rss_mib
 
 DIM = 384
 QUERIES = 1_000
@@ -76,7 +76,7 @@ def worker(folder: Path, n: int, factory: str, params: dict[str, int], implement
     ids = [str(i) for i in range(n)]
     from embedkit.index.faiss_index import Index  # imported by both sides, so neither pays it in its timings
 
-    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    rss_before = peak_rss_mib()
     begun = time.perf_counter()
     if implementation == "embedkit":
         index = Index.build(
@@ -114,13 +114,13 @@ def worker(folder: Path, n: int, factory: str, params: dict[str, int], implement
         found = search()
         timings.append(time.perf_counter() - begun)
     recall = np.mean([len({int(h) for h in a} & set(b.tolist())) / 10 for a, b in zip(found, truth)])
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    peak = peak_rss_mib()
     return {
         "build_s": round(build_s, 2),
         "qps": round(QUERIES / min(timings), 1),
         "recall_at_10": round(float(recall), 4),
-        "peak_rss_gib": round(peak / 2**20, 3),
-        "rss_before_build_gib": round(rss_before / 2**20, 3),
+        "peak_rss_gib": round(peak / 1024, 3),
+        "rss_before_build_gib": round(rss_before / 1024, 3),
     }
 
 
