@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +16,7 @@ import numpy as np
 
 from embedkit.errors import EmbedkitError
 from embedkit.report.environment import library_versions
-from embedkit.storage import write_json, write_lines
+from embedkit.storage import atomic_folder, write_json, write_lines
 
 logger = logging.getLogger(__name__)
 
@@ -327,9 +324,7 @@ class Index:
     def save(self, path: str | Path) -> Path:
         """Write ``index``, ``docid`` and ``meta.json`` into a new folder, atomically replacing any old one."""
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}."))
-        try:
+        with atomic_folder(path) as tmp:
             if self.binary:
                 faiss.write_index_binary(self.faiss_index, str(tmp / "index"))
             else:
@@ -338,12 +333,6 @@ class Index:
                 write_index_file(_to_cpu(self.faiss_index), tmp, path)  # with index.ivfdata for an on-disk index
             write_lines(tmp / "docid", self.ids)
             write_json(tmp / "meta.json", self.meta)
-            if path.exists():
-                shutil.rmtree(path)
-            os.replace(tmp, path)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
         return path
 
     @classmethod

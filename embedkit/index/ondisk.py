@@ -12,7 +12,6 @@ import ctypes
 import os
 import shutil
 import sys
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,7 +23,7 @@ import numpy as np
 from embedkit.errors import EmbedkitError
 from embedkit.index.building import FolderVectors, index_meta, new_index, train_index
 from embedkit.index.faiss_index import Index, _to_cpu, _to_gpu
-from embedkit.storage import write_json, write_lines
+from embedkit.storage import atomic_folder, write_json, write_lines
 
 if TYPE_CHECKING:  # importing it would pull in the model stack (torch)
     from embedkit.encode.shards import EmbeddingsFolder
@@ -157,9 +156,7 @@ def build_ondisk(
     if trained is None:
         trained = train_index(vectors, factory, metric, train_size=train_size, seed=seed, use_gpu=use_gpu)
     output = Path(output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=output.parent, prefix=f".{output.name}."))
-    try:
+    with atomic_folder(output) as tmp:
         pieces = list(vectors.pieces(start, stop))
         groups = [pieces[i : i + shards_per_block] for i in range(0, len(pieces), shards_per_block)]
         blocks = []
@@ -195,10 +192,4 @@ def build_ondisk(
         write_lines(tmp / "docid", built.ids)
         write_json(tmp / "meta.json", built.meta)
         del built, merged
-        if output.exists():
-            shutil.rmtree(output)
-        os.replace(tmp, output)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return Index.load(output, use_gpu=False)

@@ -9,9 +9,6 @@ shard visits the same lists as the one index holding everything.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +18,7 @@ from embedkit.errors import EmbedkitError
 from embedkit.index.building import FolderVectors, build_from_folder, train_index
 from embedkit.index.faiss_index import Index
 from embedkit.report.environment import library_versions
-from embedkit.storage import write_json
+from embedkit.storage import atomic_folder, write_json
 
 if TYPE_CHECKING:  # importing it would pull in the model stack (torch)
     from embedkit.encode.shards import EmbeddingsFolder
@@ -136,16 +133,10 @@ class ShardedIndex:
     def save(self, path: str | Path) -> Path:
         """Write every shard folder and meta.json into a new folder, atomically replacing any old one."""
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}."))
-        try:
+        with atomic_folder(path) as tmp:
             for name, shard in zip(self.names, self.shards):
                 shard.save(tmp / name)
             write_json(tmp / "meta.json", {**self.meta, "shards": self.names, "count": len(self)})
-            _replace(tmp, path)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
         return path
 
     @classmethod
@@ -181,12 +172,6 @@ def _found_mask(answers: list[tuple[np.ndarray, list[list[str]]]]) -> np.ndarray
 
 def _padded(row: list[str], width: int) -> list[str | None]:
     return [*row, *([None] * (width - len(row)))]
-
-
-def _replace(tmp: Path, path: Path) -> None:
-    if path.exists():
-        shutil.rmtree(path)
-    os.replace(tmp, path)
 
 
 def load_index(
@@ -231,10 +216,8 @@ def build_sharded(
         check_ondisk_factory(factory, vectors.dim, metric)
     trained = train_index(vectors, factory, metric, train_size=train_size, seed=seed, use_gpu=use_gpu)
     output = Path(output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=output.parent, prefix=f".{output.name}."))
     names, counts, params = [], [], {}
-    try:
+    with atomic_folder(output) as tmp:
         for number, (start, stop) in enumerate(shard_ranges(len(vectors), num_shards)):
             names.append(f"shard-{number:05d}")
             common = {"train_size": train_size, "add_batch_size": add_batch_size, "use_gpu": use_gpu, "seed": seed}
@@ -263,8 +246,4 @@ def build_sharded(
             "library_versions": library_versions(),
         }
         write_json(tmp / "meta.json", meta)
-        _replace(tmp, output)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return output
