@@ -86,10 +86,9 @@ def main() -> None:
         encode_rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
         print("encode", encode_rows[-1], flush=True)
     sizes = [r["n"] for r in encode_rows]
-    curves[f"encode ({args.dtype}) seconds"] = {
-        "points": {r["n"]: r["seconds"] for r in encode_rows},
-        **fit(sizes, [r["seconds"] for r in encode_rows]),
-    }
+    for measure, key in (("seconds", "seconds"), ("peak RSS GiB", "peak_rss_gib")):
+        values = [r[key] for r in encode_rows]
+        curves[f"encode ({args.dtype}) {measure}"] = {"points": dict(zip(sizes, values)), **fit(sizes, values)}
     index_result = json.loads((Path(args.index) / "result.json").read_text())
     families = {"Flat": lambda f: f == "Flat", "IVF-PQ48": lambda f: f.startswith("IVF") and f.endswith(",PQ48")}
     for family, belongs in families.items():
