@@ -29,10 +29,15 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 	$(SUDO) apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium
 
+# The kill tests inject a real SIGKILL at a chosen syscall with strace (Debian's package); skipped when absent.
+/usr/bin/strace:
+	$(SUDO) apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq strace
+
 demo: $(VENV)/.installed
 	$(BIN)/embedkit evaluate --dataset scifact --output runs
 
-test: $(VENV)/.installed-dev /usr/bin/chromium
+test: $(VENV)/.installed-dev /usr/bin/chromium /usr/bin/strace
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -m "not slow"
 

@@ -3,12 +3,22 @@
     python benchmarks/encode.py                                   # 1,000 documents, 3 rounds, every backend
     python benchmarks/encode.py --docs all --rounds 1 --ndcg --output runs/bench-encode.json
     python benchmarks/encode.py --docs 100 --rounds 1 --backends torch,onnx-int8 --no-rss
+    python benchmarks/encode.py --st-batch-sizes 32                # no sweep: sentence-transformers at batch 32
 
-Encoders: ``sentence-transformers`` (its own fp32 ``encode``, batch 32: the reference), and embedkit's ``torch``
-(fp32), ``torch-bf16`` (bfloat16 autocast), ``torch-int8``, ``onnx`` and ``onnx-int8`` (``load_model(backend=...)``).
+Encoders: sentence-transformers' own ``encode`` in two precisions, ``sentence-transformers`` (fp32: the reference)
+and ``sentence-transformers-bf16`` (inside ``torch.autocast("cpu", bfloat16)``, the autocast embedkit's
+``dtype="bfloat16"`` uses; output as float32), and embedkit's ``torch`` (fp32), ``torch-bf16`` (bfloat16 autocast),
+``torch-int8``, ``onnx`` and ``onnx-int8`` (``load_model(backend=...)``; these three compute in float32).
+
+sentence-transformers runs at its best batch size, not a fixed one: before the timed rounds each of its rows encodes
+the first ``--st-sweep-docs`` texts (200) once per size in ``--st-batch-sizes`` (16,32,64,128; after one untimed
+warm-up call) and keeps the fastest; every sweep rate goes to the JSON. One size given skips the sweep.
+
 All are loaded in one process and timed in rounds, each round running every encoder once (the order rotated per
-round), so a busy machine slows them alike; the medians and their ratio to sentence-transformers are printed,
-with the min/mean cosine of each encoder's embeddings to sentence-transformers' fp32 ones.
+round), so a busy machine slows them alike. Printed per encoder: the median docs/s; its ratio to the
+sentence-transformers row of the same precision (fp32 rows to ``sentence-transformers``, ``torch-bf16`` to
+``sentence-transformers-bf16``: like for like) and, as a second column, to ``sentence-transformers`` fp32; the
+min/mean cosine of its embeddings to sentence-transformers' fp32 ones, and for ``torch-bf16`` to its bf16 ones too.
 
 Peak RSS: each encoder is loaded again in a child process of its own that encodes the same texts once; its peak
 resident memory (Linux ``VmHWM``: Python, torch, the model, its activations) is reported next to the child's peak
@@ -45,9 +55,13 @@ from sentence_transformers import SentenceTransformer
 from embedkit import load_dataset, load_model
 from embedkit.data import doc_text
 from embedkit.errors import EmbedkitError
+from embedkit.models.device import autocast
 from embedkit.models.loading import default_model_path
 
 REFERENCE = "sentence-transformers"
+ST_BF16 = "sentence-transformers-bf16"
+# sentence-transformers rows -> their autocast dtype
+ST_ROWS: dict[str, str] = {REFERENCE: "float32", ST_BF16: "bfloat16"}
 # name -> load_model arguments
 BACKENDS: dict[str, dict[str, str]] = {
     "torch": {"backend": "torch", "dtype": "float32"},
@@ -59,14 +73,38 @@ BACKENDS: dict[str, dict[str, str]] = {
 Encoder = Callable[[list[str]], np.ndarray]
 
 
-def _encoders(names: list[str]) -> tuple[dict[str, Encoder], dict[str, Any]]:
+class StEncoder:
+    """sentence-transformers' own ``encode``; ``batch_size`` is settable so the sweep can reuse the loaded model."""
+
+    def __init__(self, dtype: str, batch_size: int) -> None:
+        self.st = SentenceTransformer(str(default_model_path()), device="cpu")
+        self.dtype = dtype
+        self.batch_size = batch_size
+
+    def __call__(self, texts: list[str]) -> np.ndarray:
+        # embedkit's own autocast helper, so the bf16 rows of both libraries run under the very same context
+        with autocast("cpu", self.dtype):
+            embeddings = self.st.encode(texts, batch_size=self.batch_size, convert_to_numpy=True)
+        return np.asarray(embeddings, dtype=np.float32)
+
+
+def _precision(name: str) -> str:
+    """An encoder's compute precision: the ONNX and int8 backends run float32 (int8 only in their quantised matmuls)."""
+    return ST_ROWS[name] if name in ST_ROWS else BACKENDS[name].get("dtype", "float32")
+
+
+def _st_peer(name: str) -> str:
+    """The sentence-transformers row of the same precision as ``name``: the like-for-like comparison."""
+    return next(st for st, dtype in ST_ROWS.items() if dtype == _precision(name))
+
+
+def _encoders(names: list[str], st_batch_size: int) -> tuple[dict[str, Encoder], dict[str, Any]]:
     """Load every encoder; returns their encode functions and the embedkit models (for settings and queries)."""
     encoders: dict[str, Encoder] = {}
     models: dict[str, Any] = {}
     for name in names:
-        if name == REFERENCE:
-            st = SentenceTransformer(str(default_model_path()), device="cpu")
-            encoders[name] = lambda texts, st=st: st.encode(texts, batch_size=32, convert_to_numpy=True)
+        if name in ST_ROWS:
+            encoders[name] = StEncoder(ST_ROWS[name], st_batch_size)
             continue
         start = time.perf_counter()
         model = load_model(device="cpu", **BACKENDS[name])
@@ -74,6 +112,28 @@ def _encoders(names: list[str]) -> tuple[dict[str, Encoder], dict[str, Any]]:
         encoders[name] = lambda texts, model=model: model.encode(texts, show_progress=False)
         models[name] = model
     return encoders, models
+
+
+def _sweep(encoder: StEncoder, texts: list[str], sizes: list[int]) -> dict[str, float]:
+    """Docs/s of one encode of ``texts`` per batch size; leaves ``encoder`` at the fastest size.
+
+    One untimed call first, so the first size timed does not also pay for the first call's one-off setup.
+    """
+    encoder.batch_size = sizes[0]
+    encoder(texts[: sizes[0]])
+    rates: dict[str, float] = {}
+    for size in sizes:
+        encoder.batch_size = size
+        start = time.perf_counter()
+        encoder(texts)
+        rates[str(size)] = round(len(texts) / (time.perf_counter() - start), 2)
+    encoder.batch_size = int(max(rates, key=rates.__getitem__))
+    return rates
+
+
+def _cosine_stats(a: np.ndarray, b: np.ndarray) -> dict[str, float]:
+    cosines = _cosines(a, b)
+    return {"min": round(float(cosines.min()), 6), "mean": round(float(cosines.mean()), 6)}
 
 
 def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -89,7 +149,7 @@ def child(args: argparse.Namespace) -> None:
     """
     texts = json.loads(Path(args.texts_file).read_text())
     before = peak_rss_mib()
-    encoders, _ = _encoders([args.child])
+    encoders, _ = _encoders([args.child], args.st_sizes[0])
     encoders[args.child](texts)
     print(json.dumps({"rss_before_load_mb": round(before, 1), "peak_rss_mb": round(peak_rss_mib(), 1)}))
 
@@ -100,8 +160,10 @@ def _texts(args: argparse.Namespace) -> list[str]:
     return [doc_text(doc) for doc in corpus.select(range(count))]
 
 
-def _peak_rss(texts_file: Path, name: str) -> dict[str, float] | None:
+def _peak_rss(texts_file: Path, name: str, st_batch_size: int) -> dict[str, float] | None:
+    """``st_batch_size``: the batch the sweep chose, so a sentence-transformers child holds the activations it timed."""
     command = [sys.executable, __file__, "--child", name, "--texts-file", str(texts_file)]
+    command += ["--st-batch-sizes", str(st_batch_size)]
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
         print(f"peak RSS of {name}: the child failed: {done.stderr.strip().splitlines()[-1:]}")
@@ -137,7 +199,13 @@ def main() -> None:
     parser.add_argument("--dataset", default="scifact", help="BEIR dataset name or folder")
     parser.add_argument("--docs", default="1000", help="documents timed: a number or 'all'")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--backends", default=",".join([REFERENCE, *BACKENDS]), help="comma-separated encoders")
+    parser.add_argument("--backends", default=",".join([*ST_ROWS, *BACKENDS]), help="comma-separated encoders")
+    parser.add_argument(
+        "--st-batch-sizes",
+        default="16,32,64,128",
+        help="sentence-transformers batch sizes to sweep before timing (the fastest is timed); one size: no sweep",
+    )
+    parser.add_argument("--st-sweep-docs", type=int, default=200, help="texts the batch-size sweep encodes")
     parser.add_argument("--ndcg", action="store_true", help="also nDCG@10 on the test split per encoder")
     parser.add_argument("--no-rss", dest="rss", action="store_false", help="skip the per-encoder child processes")
     parser.add_argument("--output", type=Path, help="JSON file for the results")
@@ -146,19 +214,34 @@ def main() -> None:
     args = parser.parse_args()
     if args.docs != "all" and not args.docs.isdigit():
         parser.error("--docs takes a number or 'all'")
+    sizes = [size.strip() for size in args.st_batch_sizes.split(",") if size.strip()]
+    if not sizes or not all(size.isdigit() and int(size) > 0 for size in sizes):
+        parser.error("--st-batch-sizes takes comma-separated positive numbers")
+    args.st_sizes = [int(size) for size in sizes]
+    if args.st_sweep_docs < 1:
+        parser.error("--st-sweep-docs takes a positive number")
     if args.child:
         child(args)
         return
 
     names = [name.strip() for name in args.backends.split(",") if name.strip()]
-    unknown = [name for name in names if name != REFERENCE and name not in BACKENDS]
+    unknown = [name for name in names if name not in ST_ROWS and name not in BACKENDS]
     if unknown:
-        parser.error(f"unknown encoders {unknown} (choose from {REFERENCE}, {', '.join(BACKENDS)})")
+        parser.error(f"unknown encoders {unknown} (choose from {', '.join([*ST_ROWS, *BACKENDS])})")
     texts = _texts(args)
     try:
-        encoders, models = _encoders(names)
+        encoders, models = _encoders(names, args.st_sizes[0])
     except EmbedkitError as error:
         sys.exit(f"cannot load an encoder: {error}")
+    sweeps: dict[str, dict[str, Any]] = {}
+    if len(args.st_sizes) > 1:
+        sweep_texts = texts[: args.st_sweep_docs]
+        for name in names:
+            encoder = encoders[name]
+            if isinstance(encoder, StEncoder):
+                rates = _sweep(encoder, sweep_texts, args.st_sizes)
+                sweeps[name] = {"texts": len(sweep_texts), "docs_per_s": rates, "best": encoder.batch_size}
+                print(f"{name} batch sweep on {len(sweep_texts)} texts: {rates} docs/s -> batch {encoder.batch_size}")
     machine = {
         "processor": platform.processor() or platform.machine(),
         "cpus": os.cpu_count(),
@@ -178,15 +261,25 @@ def main() -> None:
             rates[name].append(len(texts) / (time.perf_counter() - start))
         print(f"round {round_number + 1}: " + ", ".join(f"{n} {rates[n][-1]:.1f}" for n in names) + " docs/s")
 
-    reference = embedded.get(REFERENCE)
     results: dict[str, dict[str, Any]] = {}
     for name in names:
         median = statistics.median(rates[name])
-        row: dict[str, Any] = {"docs_per_s": [round(r, 2) for r in rates[name]], "median_docs_per_s": round(median, 2)}
-        if reference is not None:
-            cosines = _cosines(embedded[name], reference)
-            row["ratio_vs_st"] = round(median / statistics.median(rates[REFERENCE]), 3)
-            row["cosine_vs_st"] = {"min": round(float(cosines.min()), 6), "mean": round(float(cosines.mean()), 6)}
+        row: dict[str, Any] = {
+            "precision": _precision(name),
+            "docs_per_s": [round(r, 2) for r in rates[name]],
+            "median_docs_per_s": round(median, 2),
+        }
+        peer = _st_peer(name)
+        if peer in embedded:
+            row["st_peer"] = peer
+            row["ratio_vs_st_same_precision"] = round(median / statistics.median(rates[peer]), 3)
+        if REFERENCE in embedded:
+            row["ratio_vs_st_fp32"] = round(median / statistics.median(rates[REFERENCE]), 3)
+            row["cosine_vs_st_fp32"] = _cosine_stats(embedded[name], embedded[REFERENCE])
+        if peer == ST_BF16 and name != ST_BF16 and ST_BF16 in embedded:
+            row["cosine_vs_st_bf16"] = _cosine_stats(embedded[name], embedded[ST_BF16])
+        if isinstance(encoders[name], StEncoder):
+            row["st_batch_size"] = encoders[name].batch_size
         if name in models:
             row["settings"] = models[name].settings
         results[name] = row
@@ -196,7 +289,7 @@ def main() -> None:
             texts_file = Path(tmp) / "texts.json"
             texts_file.write_text(json.dumps(texts))
             for name in names:
-                results[name]["rss"] = _peak_rss(texts_file, name)
+                results[name]["rss"] = _peak_rss(texts_file, name, results[name].get("st_batch_size", args.st_sizes[0]))
                 print(f"peak RSS {name}: {results[name]['rss']}")
 
     if args.ndcg:
@@ -208,17 +301,24 @@ def main() -> None:
             print(f"nDCG@10 {name}: {results[name]['ndcg_at_10']:.4f} ({time.perf_counter() - start:.0f} s)")
 
     print()
-    print("| encoder | docs/s (median) | ratio vs ST | min cos vs ST | mean cos vs ST | peak RSS MB | nDCG@10 |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print(
+        "| encoder | precision | docs/s (median) | ratio vs ST same precision | ratio vs ST fp32 | min cos vs ST fp32 "
+        "| mean cos vs ST fp32 | min cos vs ST bf16 | mean cos vs ST bf16 | peak RSS MB | nDCG@10 |"
+    )
+    print("| --- " * 11 + "|")
     for name, row in results.items():
-        cos = row.get("cosine_vs_st", {})
+        cos, cos_bf16 = row.get("cosine_vs_st_fp32", {}), row.get("cosine_vs_st_bf16", {})
         rss = (row.get("rss") or {}).get("peak_rss_mb", "")
         cells = [
-            name,
+            f"{name} (batch {row['st_batch_size']})" if "st_batch_size" in row else name,
+            row["precision"],
             f"{row['median_docs_per_s']:.1f}",
-            f"{row['ratio_vs_st']:.2f}" if "ratio_vs_st" in row else "",
+            f"{row['ratio_vs_st_same_precision']:.2f}" if "ratio_vs_st_same_precision" in row else "",
+            f"{row['ratio_vs_st_fp32']:.2f}" if "ratio_vs_st_fp32" in row else "",
             f"{cos['min']:.6f}" if cos else "",
             f"{cos['mean']:.6f}" if cos else "",
+            f"{cos_bf16['min']:.6f}" if cos_bf16 else "",
+            f"{cos_bf16['mean']:.6f}" if cos_bf16 else "",
             str(rss),
             f"{row['ndcg_at_10']:.4f}" if "ndcg_at_10" in row else "",
         ]
@@ -233,6 +333,8 @@ def main() -> None:
                 "documents": len(texts),
                 "machine": machine,
                 "rounds": args.rounds,
+                "st_batch_sizes": args.st_sizes,
+                "st_batch_sweep": sweeps,
                 "encoders": results,
             },
         )

@@ -6,8 +6,9 @@ pull in torch, FAISS or sentence-transformers until a stage that needs them is t
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from embedkit._lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -25,8 +26,8 @@ _EXPORTS = {
     "EmbeddingModel": "embedkit.models",
     "load_model": "embedkit.models",
     "dense_search": "embedkit.search",
-    "read_run": "embedkit.search",
-    "write_run": "embedkit.search",
+    "read_run": "embedkit.data",
+    "write_run": "embedkit.data",
 }
 
 __all__ = [
@@ -49,19 +50,13 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(_EXPORTS[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'embedkit' has no attribute {name!r}")
-
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 if TYPE_CHECKING:
-    from embedkit.data import BeirDataset, load_dataset
+    from embedkit.data import BeirDataset, load_dataset, read_run, write_run
     from embedkit.encode import EmbeddingsFolder, encode_to_folder
     from embedkit.errors import EmbedkitError
     from embedkit.evaluation import compute_metrics, evaluate
     from embedkit.index import Index, ShardedIndex, load_index
     from embedkit.models import EmbeddingModel, load_model
-    from embedkit.search import dense_search, read_run, write_run
+    from embedkit.search import dense_search

@@ -6,7 +6,9 @@ from pathlib import Path
 
 
 class EmbedkitError(Exception):
-    """An error caused by the user's input or environment, reported as one line by the CLI."""
+    """An error caused by the user's input or environment, reported as one line by the CLI (exit status 2)."""
+
+    exit_code = 2
 
     def __init__(
         self,
@@ -22,5 +24,11 @@ class EmbedkitError(Exception):
         where = ""
         if self.path is not None:
             where = self.path + (f":{line}" if line is not None else "") + ": "
-        what = f"field '{field}': " if field else ""
+        what = f"{'option' if field.startswith('-') else 'field'} '{field}': " if field else ""
         super().__init__(f"{where}{what}{message}")
+
+
+class Interrupted(EmbedkitError):
+    """The user stopped a command (Ctrl-C); the message says what was kept and how to go on."""
+
+    exit_code = 130

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import types
+import typing
 from dataclasses import fields
 from pathlib import Path
 from typing import Any, TypeVar
@@ -11,6 +13,36 @@ import yaml
 from embedkit.errors import EmbedkitError
 
 T = TypeVar("T")
+
+
+def _matches(value: Any, hint: Any) -> bool:
+    """Whether a YAML or command-line value fits a dataclass field's type (int, float, bool, str, lists, optionals)."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_matches(value, arg) for arg in typing.get_args(hint))
+    if hint is type(None):
+        return value is None
+    if origin is list:
+        (item,) = typing.get_args(hint) or (Any,)
+        return isinstance(value, list) and all(_matches(v, item) for v in value)
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint in (str, bool):
+        return isinstance(value, hint)
+    return True
+
+
+def build(cls: type[T], values: dict[str, Any], path: str | Path | None = None) -> T:
+    """``cls(**values)`` after checking each value's type, so a wrong one is named here, not deep in training."""
+    hints = typing.get_type_hints(cls)
+    for name, value in values.items():
+        if not _matches(value, hints[name]):
+            hint = hints[name]
+            expected = hint.__name__ if isinstance(hint, type) else str(hint).replace("typing.", "")
+            raise EmbedkitError(f"expected {expected}, got {value!r}", path=path, field=name)
+    return cls(**values)
 
 
 def from_yaml(cls: type[T], path: str | Path, **overrides: Any) -> T:
@@ -34,7 +66,7 @@ def from_yaml(cls: type[T], path: str | Path, **overrides: Any) -> T:
     values.update({k: v for k, v in overrides.items() if v is not None})
     if "output" not in values:
         raise EmbedkitError("missing", path=path, field="output")
-    return cls(**values)
+    return build(cls, values, path)
 
 
 def from_command_line(cls: type[T], config: Path | None, options: dict[str, Any]) -> T:
@@ -44,4 +76,4 @@ def from_command_line(cls: type[T], config: Path | None, options: dict[str, Any]
         return from_yaml(cls, config, **given)
     if "output" not in given:
         raise EmbedkitError("give --output (or a --config that sets output)", field="output")
-    return cls(**given)
+    return build(cls, given)

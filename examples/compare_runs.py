@@ -9,7 +9,8 @@ import argparse
 from pathlib import Path
 
 import embedkit
-from embedkit.evaluation.compare import compare_runs, render_comparison_markdown
+from embedkit.evaluation.compare import compare_runs
+from embedkit.report.markdown import render_comparison_markdown
 from embedkit.report.writer import write_comparison
 
 

@@ -115,3 +115,22 @@ def tiny_bert(tmp_path_factory) -> Path:
     model.save_pretrained(folder)
     AutoTokenizer.from_pretrained(default_model_path()).save_pretrained(folder)
     return folder
+
+
+def kill_when(command: list[str], ready, timeout: float = 300.0) -> None:
+    """Run ``command`` and SIGKILL it as soon as ``ready()`` is true (a real kill, mid-run)."""
+    import signal
+    import subprocess
+    import time
+
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + timeout
+    while not ready():
+        if process.poll() is not None:
+            raise AssertionError(f"finished before it could be killed: {process.stderr.read()[-2000:]}")
+        if time.monotonic() > deadline:
+            process.kill()
+            raise AssertionError("never became ready to be killed")
+        time.sleep(0.02)
+    process.send_signal(signal.SIGKILL)
+    process.wait(timeout=60)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -88,7 +89,10 @@ def test_hybrid_beats_both_components(scifact, scifact_reports):
         assert report["component_metrics"][name]["ndcg_at_10"] == pytest.approx(alone["metrics"]["ndcg_at_10"])
     assert report["retriever"]["fusion"] == {"method": "rrf", "depth": 1000, "runs": ["dense", "bm25"], "rrf_k": 60}
     assert report["retriever"]["dense"]["factory"] == "Flat" and report["retriever"]["bm25"]["k1"] == 0.9
-    assert scifact_reports["hybrid"].name == "scifact__all-MiniLM-L6-v2__Flat-bm25-bm25s-rrf__test"
+    assert re.fullmatch(
+        r"scifact__all-MiniLM-L6-v2__Flat-bm25-bm25s-rrf__test__[0-9a-f]{8}", scifact_reports["hybrid"].name
+    )
+    assert report["settings_sha256"].startswith(scifact_reports["hybrid"].name[-8:])
     # The written run scores as the report says.
     from embedkit import read_run
 

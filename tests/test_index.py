@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -81,6 +83,11 @@ def test_index_folder_without_docid(vectors, tmp_path):
 def test_docid_count_must_match(vectors, tmp_path):
     folder = Index.build(vectors[0][:10], vectors[1][:10]).save(tmp_path / "i")
     (folder / "docid").write_text("\n".join(vectors[1][:9]) + "\n")
+    with pytest.raises(EmbedkitError, match="docid: changed since it was written"):  # meta.json's sha256
+        Index.load(folder)
+    meta = json.loads((folder / "meta.json").read_text())
+    del meta["files"]  # as a pyserini index folder has none
+    (folder / "meta.json").write_text(json.dumps(meta))
     with pytest.raises(EmbedkitError, match="holds 10 vectors but 'docid' lists 9 ids"):
         Index.load(folder)
 

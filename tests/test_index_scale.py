@@ -13,10 +13,10 @@ import pytest
 
 from embedkit import EmbeddingsFolder, EmbedkitError, Index, ShardedIndex, load_index
 from embedkit.cli import main
+from embedkit.data.trec import read_run
 from embedkit.index.building import build_from_folder
 from embedkit.index.ondisk import build_ondisk
 from embedkit.index.sharded import build_sharded
-from embedkit.search.trec import read_run
 from embedkit.storage import save_npy, sha256_file, write_json, write_lines
 
 SEED, TRAIN_SIZE, NPROBE = 7, 3000, 8  # 3,000 of 5,183 vectors: the training sample is drawn across both shards
@@ -89,7 +89,7 @@ def test_ondisk_ivf_equals_in_memory(folder, vectors, query_vectors, factory, tm
     assert meta["on_disk"] and meta["blocks"] == 2 and meta["trained_on"] == TRAIN_SIZE and meta["seed"] == SEED
     assert meta["model"] == folder.settings and meta["search_params"] == {"nprobe": NPROBE}
 
-    disk.save(tmp_path / "idx")  # over the folder it lies in: the mapped lists survive the atomic replacement
+    disk.save(tmp_path / "idx", overwrite=True)  # over the folder it lies in: the mapped lists survive the swap
     disk.save(tmp_path / "copy")
     _same(expected, disk.search(query_vectors, 10))
     os.rename(tmp_path / "copy", tmp_path / "moved")

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from embedkit import EmbedkitError, Index
+from embedkit.data.trec import read_run
 from embedkit.evaluation.metrics import compute_metrics
 from embedkit.index.rescore import FloatVectors
 from embedkit.index.tune import tune
-from embedkit.search.trec import read_run
 
 CLI = [sys.executable, "-c", "from embedkit.cli import main; main()"]
 FLAT_NDCG_AT_10 = 0.6451  # the default model on SciFact test, exact search (tests/test_metrics.py pins it too)

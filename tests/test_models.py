@@ -101,5 +101,5 @@ def test_bad_model_arguments(tmp_path, tiny_bert):
     with pytest.raises(EmbedkitError, match="unknown dtype"):
         load_model(dtype="int3")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(EmbedkitError, match="not a sentence-transformers or transformers model folder"):
+    with pytest.raises(EmbedkitError, match=r"not a model folder \(no modules.json or config.json\)"):
         load_model(tmp_path / "empty")

@@ -1,10 +1,21 @@
-"""The ``embedkit`` command: one module per verb, each a thin wrapper over a library call."""
+"""The ``embedkit`` command: one module per verb, each a thin wrapper over a library call.
+
+Each verb checks its arguments before it imports torch, FAISS or sentence-transformers, so a bad flag costs a
+fraction of a second. A user error (bad input, a bad flag, an output that would lose data) prints one line and
+exits 2; Ctrl-C prints one line and exits 130; anything else is a bug and keeps its traceback.
+"""
 
 from __future__ import annotations
 
+import os
 import sys
 
 import typer
+
+try:  # typer 0.29 and later carry their own copy of click
+    from typer._click import exceptions as click_errors
+except ImportError:  # pragma: no cover - older typer runs on click itself
+    from click import exceptions as click_errors
 
 from embedkit.errors import EmbedkitError
 
@@ -15,6 +26,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode="rich",
 )
+INTERRUPTED = 130
 
 
 def _register() -> None:
@@ -24,14 +36,27 @@ def _register() -> None:
         module.register(app)
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Entry point: a user error prints one line and exits 2; anything else is a bug and keeps its traceback."""
-    from transformers.utils import logging as transformers_logging
+def _fail(message: str, code: int) -> None:
+    print(f"embedkit: error: {' '.join(message.split())}", file=sys.stderr)
+    sys.exit(code)
 
-    transformers_logging.disable_progress_bar()  # weight-loading bars are noise on a command line
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: run a verb and turn every user error into one line on stderr."""
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # weight-loading bars are noise on a command line
     _register()
     try:
-        app(args=argv, prog_name="embedkit")
+        code = app(args=argv, prog_name="embedkit", standalone_mode=False)
     except EmbedkitError as err:
-        print(f"embedkit: error: {err}", file=sys.stderr)
+        _fail(str(err), getattr(err, "exit_code", 2))
+    except click_errors.NoArgsIsHelpError as err:
+        print(err.format_message(), file=sys.stderr)
         sys.exit(2)
+    except click_errors.UsageError as err:
+        command = err.ctx.command_path if err.ctx is not None else "embedkit"
+        _fail(f"{err.format_message()} (see '{command} --help')", 2)
+    except typer.Abort:
+        _fail("interrupted", INTERRUPTED)
+    except click_errors.ClickException as err:
+        _fail(err.format_message(), err.exit_code)
+    sys.exit(code if isinstance(code, int) else 0)

@@ -19,7 +19,9 @@ def encode(
     corpus: Annotated[Optional[Path], typer.Option(help="A corpus.jsonl[.gz] file instead of a dataset.")] = None,
     data_dir: opt.DataDir = None,
     shard_size: Annotated[int, typer.Option(help="Documents per shard (the unit of resume).")] = 10_000,
-    overwrite: Annotated[bool, typer.Option(help="Replace embeddings made with other settings.")] = False,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="Replace embeddings made with other settings in --output.")
+    ] = False,
     shard_id: Annotated[
         Optional[int], typer.Option(help="This worker's block of shards, 0..num-shards-1 (e.g. $SLURM_ARRAY_TASK_ID).")
     ] = None,
@@ -35,10 +37,10 @@ def encode(
     query_prompt: opt.QueryPrompt = None,
     document_prompt: opt.DocumentPrompt = None,
     max_length: opt.MaxLength = None,
-    dtype: opt.Dtype = "float32",
+    dtype: opt.Dtype = None,
     device: opt.Device = None,
     batch_tokens: opt.BatchTokens = None,
-    backend: opt.Backend = "torch",
+    backend: opt.Backend = None,
 ) -> None:
     """Encode a corpus into .npy shards plus a manifest; a rerun resumes, or encodes nothing if all is done.
 
@@ -47,43 +49,76 @@ def encode(
 
     Example: [bold]embedkit encode --dataset scifact --output emb/scifact[/bold]
     """
-    from embedkit.data.beir import load_corpus, load_dataset
-    from embedkit.encode.distributed import encode_across_ranks, torchrun_launch
-    from embedkit.encode.shards import check_worker, encode_to_folder, merge_encoded_parts
+    from embedkit.encode.layout import check_embeddings_folder, check_worker
     from embedkit.errors import EmbedkitError
 
     if merge:
         if dataset is not None or corpus is not None or shard_id is not None:
             raise EmbedkitError("--merge reads only --output (and --num-shards); drop --dataset, --corpus, --shard-id")
+        from embedkit.encode.shards import merge_encoded_parts
+
         _report(merge_encoded_parts(output, num_shards=num_shards), output)
         return
     if (dataset is None) == (corpus is None):
         raise EmbedkitError("give exactly one of --dataset or --corpus")
-    launch = torchrun_launch()
-    if launch is not None and (shard_id is not None or num_shards is not None):
-        raise EmbedkitError("under torchrun each rank takes --shard-id RANK --num-shards WORLD_SIZE; drop both")
     if (shard_id is None) != (num_shards is None):
         raise EmbedkitError("give --shard-id and --num-shards together")
     check_worker(shard_id or 0, num_shards or 1)
+    opt.at_least(shard_size, 1, "--shard-size")
+    options = opt.ModelOptions(
+        model, pooling, query_prompt, document_prompt, max_length, dtype, device, batch_tokens, backend
+    ).check()
+    check_embeddings_folder(output)
+    from embedkit.encode.distributed import torchrun_launch
+
+    launch = torchrun_launch()
+    if launch is not None and (shard_id is not None or num_shards is not None):
+        raise EmbedkitError("under torchrun each rank takes --shard-id RANK --num-shards WORLD_SIZE; drop both")
+    from embedkit.data.beir import load_corpus, load_dataset
+
     documents = load_corpus(corpus) if corpus else load_dataset(dataset, data_dir=data_dir).corpus
     if launch is not None:
-        device = launch.device(device)
-    embedder = opt.model_from_options(
-        model, pooling, query_prompt, document_prompt, max_length, dtype, device, batch_tokens, backend
-    )
-    if launch is not None:
-        result = encode_across_ranks(embedder, documents, output, launch, shard_size=shard_size, overwrite=overwrite)
-    else:
-        result = encode_to_folder(
-            embedder,
-            documents,
-            output,
-            shard_size=shard_size,
-            overwrite=overwrite,
-            shard_id=shard_id or 0,
-            num_shards=num_shards or 1,
-        )
+        options.device = launch.device(options.device)
+    embedder = options.load()
+    try:
+        if launch is not None:
+            from embedkit.encode.distributed import encode_across_ranks
+
+            result = encode_across_ranks(
+                embedder, documents, output, launch, shard_size=shard_size, overwrite=overwrite
+            )
+        else:
+            from embedkit.encode.shards import encode_to_folder
+
+            result = encode_to_folder(
+                embedder,
+                documents,
+                output,
+                shard_size=shard_size,
+                overwrite=overwrite,
+                shard_id=shard_id or 0,
+                num_shards=num_shards or 1,
+            )
+    except KeyboardInterrupt:
+        raise _interrupted(output) from None
     _report(result, output)
+
+
+def _interrupted(output: Path) -> Exception:
+    """What Ctrl-C during an encode leaves: the complete shards (each written atomically) and how to go on."""
+    from embedkit.errors import Interrupted
+    from embedkit.storage import read_json
+
+    kept = 0
+    for manifest in sorted(output.glob("manifest*.json")):
+        try:
+            kept += len(read_json(manifest).get("shards", []))
+        except Exception:  # a manifest we cannot read keeps nothing; the rerun re-encodes its shards
+            continue
+    return Interrupted(
+        f"interrupted; {kept} complete shard{'s' if kept != 1 else ''} kept in {output}: rerun the same command "
+        "to resume from them"
+    )
 
 
 def _report(result: EmbeddingsFolder, output: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -15,12 +16,13 @@ def evaluate(
     dataset: opt.Dataset,
     output: Annotated[Path, typer.Option("--output", "-o", help="Folder under which the report folder is written.")],
     split: Annotated[str, typer.Option(help="qrels split to evaluate.")] = "test",
-    factory: Annotated[str, typer.Option(help="FAISS index_factory string.")] = "Flat",
-    metric: Annotated[str, typer.Option(help="ip | l2")] = "ip",
+    retriever: Annotated[str, typer.Option(help="dense | bm25 | hybrid (dense and BM25 fused).")] = "dense",
     k: Annotated[int, typer.Option("-k", help="Hits retrieved per query.")] = 1000,
     ignore_identical_ids: Annotated[
         bool, typer.Option(help="Drop hits whose id equals the query id (ArguAna, Quora).")
     ] = False,
+    factory: Annotated[Optional[str], typer.Option(help="FAISS index_factory string. [default: Flat]")] = None,
+    metric: Annotated[Optional[str], typer.Option(help="ip | l2 [default: ip]")] = None,
     nprobe: opt.Nprobe = None,
     ef_search: opt.EfSearch = None,
     data_dir: opt.DataDir = None,
@@ -30,63 +32,99 @@ def evaluate(
     query_prompt: opt.QueryPrompt = None,
     document_prompt: opt.DocumentPrompt = None,
     max_length: opt.MaxLength = None,
-    dtype: opt.Dtype = "float32",
+    dtype: opt.Dtype = None,
     device: opt.Device = None,
     batch_tokens: opt.BatchTokens = None,
-    backend: opt.Backend = "torch",
-    retriever: Annotated[str, typer.Option(help="dense | bm25 | hybrid (dense and BM25 fused).")] = "dense",
-    bm25_backend: Annotated[str, typer.Option(help="bm25s (pure Python) | pyserini (Lucene, Java 21).")] = "bm25s",
-    bm25_k1: Annotated[float, typer.Option("--bm25-k1", help="BM25 k1 (pyserini's BEIR setting).")] = 0.9,
-    bm25_b: Annotated[float, typer.Option("--bm25-b", help="BM25 b (pyserini's BEIR setting).")] = 0.4,
-    fusion: Annotated[str, typer.Option(help="rrf | interpolation (min-max normalised scores).")] = "rrf",
+    backend: opt.Backend = None,
+    bm25_backend: Annotated[
+        Optional[str], typer.Option(help="bm25s (pure Python) | pyserini (Lucene, Java 21). [default: bm25s]")
+    ] = None,
+    bm25_k1: Annotated[Optional[float], typer.Option("--bm25-k1", help="BM25 k1. [default: 0.9]")] = None,
+    bm25_b: Annotated[Optional[float], typer.Option("--bm25-b", help="BM25 b. [default: 0.4]")] = None,
+    fusion: Annotated[
+        Optional[str], typer.Option(help="rrf | interpolation (min-max normalised scores). [default: rrf]")
+    ] = None,
     fusion_weights: Annotated[
         Optional[str], typer.Option(help="Interpolation weights for dense,bm25, e.g. 0.6,0.4 (default equal).")
     ] = None,
-    fusion_depth: Annotated[int, typer.Option(help="Hits of each run read by the fusion.")] = 1000,
-    rrf_k: Annotated[int, typer.Option(help="The k of reciprocal-rank fusion, 1/(k + rank).")] = 60,
+    fusion_depth: Annotated[
+        Optional[int], typer.Option(help="Hits of each run read by the fusion. [default: 1000]")
+    ] = None,
+    rrf_k: Annotated[
+        Optional[int], typer.Option(help="The k of reciprocal-rank fusion, 1/(k + rank). [default: 60]")
+    ] = None,
     harness: Annotated[
         str, typer.Option(help="embedkit | mteb (also run mteb.evaluate; its result JSON goes beside the report).")
     ] = "embedkit",
     mteb_task: Annotated[
         Optional[str], typer.Option(help="MTEB task of the dataset (default: from its BEIR name).")
     ] = None,
+    overwrite: Annotated[
+        bool,
+        typer.Option(
+            "--overwrite",
+            help="Replace a report folder of the same name made with other settings (a rerun with the same "
+            "settings replaces its own report without this).",
+        ),
+    ] = False,
 ) -> None:
     """Retrieve (dense, BM25 or hybrid) and score a BEIR split; writes run.trec, report.json, report.md, per_query.json.
 
     Example: [bold]embedkit evaluate --dataset scifact --output runs --retriever hybrid[/bold]
     """
-    from embedkit.evaluation.pipeline import evaluate as run_evaluation
-    from embedkit.report.writer import render_markdown
+    from embedkit.storage import check_parent
 
+    opt.one_of(retriever, ("dense", "bm25", "hybrid"), "--retriever")
+    opt.one_of(harness, ("embedkit", "mteb"), "--harness")
+    opt.one_of(metric, ("ip", "l2"), "--metric")
+    opt.one_of(bm25_backend, ("bm25s", "pyserini"), "--bm25-backend")
+    opt.one_of(fusion, ("rrf", "interpolation"), "--fusion")
+    opt.at_least(k, 1, "-k")
+    for flag, value in (("--nprobe", nprobe), ("--ef-search", ef_search), ("--fusion-depth", fusion_depth)):
+        opt.at_least(value, 1, flag)
+    opt.at_least(rrf_k, 0, "--rrf-k")
+    options = opt.ModelOptions(
+        model, pooling, query_prompt, document_prompt, max_length, dtype, device, batch_tokens, backend
+    ).check()
     weights = parse_weights(fusion_weights)
-    embedder = None
-    if retriever in ("dense", "hybrid"):
-        embedder = opt.model_from_options(
-            model, pooling, query_prompt, document_prompt, max_length, dtype, device, batch_tokens, backend
-        )
+    dense = {"--factory": factory, "--metric": metric, "--nprobe": nprobe, "--ef-search": ef_search}
+    lexical = {"--bm25-backend": bm25_backend, "--bm25-k1": bm25_k1, "--bm25-b": bm25_b}
+    fused = {"--fusion": fusion, "--fusion-weights": fusion_weights, "--fusion-depth": fusion_depth, "--rrf-k": rrf_k}
+    if retriever == "bm25":
+        opt.refuse_unused({**options.given(), **dense}, "with --retriever bm25")
+    if retriever == "dense":
+        opt.refuse_unused(lexical, "with --retriever dense")
+    if retriever != "hybrid":
+        opt.refuse_unused(fused, f"with --retriever {retriever} (fusion is for hybrid)")
+    if (fusion or "rrf") == "rrf":
+        opt.refuse_unused({"--fusion-weights": fusion_weights}, "with rrf fusion (weights are for interpolation)")
+    if harness == "mteb" and retriever != "dense":
+        raise EmbedkitError(f"the mteb harness runs dense retrieval, not {retriever}", field="--harness")
+    check_parent(output / "report")
+    from embedkit.evaluation.pipeline import evaluate as run_evaluation
+    from embedkit.report.markdown import render_markdown
+
+    defaults = {"factory": "Flat", "metric": "ip", "bm25_backend": "bm25s", "k1": 0.9, "b": 0.4}
+    chosen = {"factory": factory, "metric": metric, "bm25_backend": bm25_backend, "k1": bm25_k1, "b": bm25_b}
+    chosen |= {"fusion": fusion, "fusion_depth": fusion_depth, "rrf_k": rrf_k}
+    settings = {**defaults, **{name: value for name, value in chosen.items() if value is not None}}
     report = run_evaluation(
-        embedder,
+        options.load() if retriever in ("dense", "hybrid") else None,
         dataset,
         split=split,
-        factory=factory,
         k=k,
         output=output,
-        metric=metric,
         ignore_identical_ids=ignore_identical_ids,
         nprobe=nprobe,
         ef_search=ef_search,
         data_dir=data_dir,
         cache_dir=cache_dir,
         retriever=retriever,
-        bm25_backend=bm25_backend,
-        k1=bm25_k1,
-        b=bm25_b,
-        fusion=fusion,
         fusion_weights=weights,
-        fusion_depth=fusion_depth,
-        rrf_k=rrf_k,
         harness=harness,
         mteb_task=mteb_task,
+        overwrite=overwrite,
+        **settings,
     )
     typer.echo(render_markdown(report))
     if "mteb" in report:
@@ -99,9 +137,12 @@ def parse_weights(text: str | None) -> list[float] | None:
     if text is None:
         return None
     try:
-        return [float(part) for part in text.split(",")]
+        weights = [float(part) for part in text.split(",")]
     except ValueError:
         raise EmbedkitError(f"not a comma-separated list of numbers: {text!r}", field="--fusion-weights") from None
+    if len(weights) != 2 or any(not math.isfinite(w) or w < 0 for w in weights) or sum(weights) == 0:
+        raise EmbedkitError(f"give two weights >= 0 for dense,bm25, not {text!r}", field="--fusion-weights")
+    return weights
 
 
 def register(app: typer.Typer) -> None:

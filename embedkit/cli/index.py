@@ -32,40 +32,45 @@ def index(
     ] = None,
     tune_split: Annotated[Optional[str], typer.Option(help="Only the --tune-dataset queries of this split.")] = None,
     data_dir: opt.DataDir = None,
+    overwrite: opt.Overwrite = False,
 ) -> None:
     """Build a FAISS index from an embeddings folder (GPU when FAISS sees one); 'B...' factories are binary.
 
     Example: [bold]embedkit index -e emb/scifact -o idx/scifact-hnsw --factory HNSW32 --ef-search 128[/bold]
     """
-    from embedkit.encode.shards import EmbeddingsFolder
     from embedkit.errors import EmbedkitError
+    from embedkit.storage import check_output_folder
+
+    opt.one_of(metric, ("ip", "l2"), "--metric")
+    opt.at_least(train_size, 1, "--train-size")
+    opt.at_least(num_shards, 1, "--num-shards")
+    opt.at_least(nprobe, 1, "--nprobe")
+    opt.at_least(ef_search, 1, "--ef-search")
+    opt.at_least(rescore, 0, "--rescore")
+    if not 0 < target_recall <= 1:
+        raise EmbedkitError(f"must be in (0, 1], not {target_recall}", field="--target-recall")
+    if num_shards is not None and (rescore is not None or tune):
+        raise EmbedkitError("--rescore and --tune work on one index, not with --num-shards")
+    if not tune:
+        opt.refuse_unused({"--tune-dataset": tune_dataset, "--tune-split": tune_split}, "without --tune")
+    check_output_folder(output, ("index", "sharded-index"), overwrite)
+    from embedkit.encode.shards import EmbeddingsFolder
     from embedkit.index.faiss_index import Index
 
     folder = EmbeddingsFolder.open(embeddings)
     if not folder.complete:
         raise EmbedkitError("the embeddings are incomplete; rerun 'embedkit encode' to finish them", path=embeddings)
+    common = {"train_size": train_size, "nprobe": nprobe, "ef_search": ef_search, "overwrite": overwrite}
     if num_shards is not None:
-        if rescore is not None or tune:
-            raise EmbedkitError("--rescore and --tune work on one index, not with --num-shards")
         from embedkit.index.sharded import build_sharded
 
-        written = build_sharded(
-            folder,
-            output,
-            num_shards,
-            factory,
-            metric,
-            on_disk=on_disk,
-            train_size=train_size,
-            nprobe=nprobe,
-            ef_search=ef_search,
-        )
+        written = build_sharded(folder, output, num_shards, factory, metric, on_disk=on_disk, **common)
         typer.echo(f"{folder.manifest['count']} vectors indexed as '{factory}' in {num_shards} shards at {written}")
         return
     if on_disk:  # streamed from the embedding shards: the corpus never sits in memory
         from embedkit.index.ondisk import build_ondisk
 
-        built = build_ondisk(folder, output, factory, metric, train_size=train_size, nprobe=nprobe, ef_search=ef_search)
+        built = build_ondisk(folder, output, factory, metric, **common)
     else:
         built = Index.build(
             folder.embeddings(),
@@ -88,7 +93,7 @@ def index(
         )
         typer.echo(f"tuned on {tuning.queries['source']}:")
         typer.echo("\n".join(tuning.table()))
-    built.save(output)
+    built.save(output, overwrite=overwrite or on_disk)  # an on-disk build has written its own folder already
     typer.echo(f"{len(built)} vectors indexed as '{factory}' at {output}")
 
 

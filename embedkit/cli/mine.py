@@ -28,24 +28,43 @@ def mine(
     cache_dir: Annotated[Optional[Path], typer.Option(help="Where corpus embeddings are cached.")] = None,
     model: opt.Model = None,
     max_length: opt.MaxLength = None,
-    dtype: opt.Dtype = "float32",
+    dtype: opt.Dtype = None,
     device: opt.Device = None,
-    backend: opt.Backend = "torch",
+    backend: opt.Backend = None,
+    overwrite: opt.Overwrite = False,
 ) -> None:
     """Mine hard negatives from a rank window, skipping judged positives and near-positive scores.
 
     Example: [bold]embedkit mine --dataset scifact --split train --output mined/scifact.jsonl[/bold]
     """
+    from embedkit.errors import EmbedkitError
+    from embedkit.storage import check_output_file
+
+    opt.at_least(range_min, 1, "--range-min")
+    opt.at_least(num_negatives, 1, "--num-negatives")
+    if range_max < range_min:
+        raise EmbedkitError(f"the rank window {range_min}..{range_max} is empty", field="--range-max")
+    if not 0 <= relative_margin < 1:
+        raise EmbedkitError(f"must be in [0, 1), not {relative_margin}", field="--relative-margin")
+    opt.one_of(sampling, ("random", "top"), "--sampling")
+    options = opt.ModelOptions(model=model, max_length=max_length, dtype=dtype, device=device, backend=backend).check()
+
+    def recognised(path: Path) -> bool:
+        from embedkit.train.mining import is_mined_file
+
+        return is_mined_file(path)
+
+    check_output_file(output, overwrite, recognised, "mined-negatives file")
     from embedkit.data.beir import load_dataset
     from embedkit.train.mining import MiningSettings, mine_hard_negatives, write_mined
 
     settings = MiningSettings(
         split, range_min, range_max, num_negatives, margin, relative_margin, sampling, seed, factory
     )
-    embedder = opt.model_from_options(model, None, None, None, max_length, dtype, device, None, backend)
     data = load_dataset(dataset, data_dir=data_dir)
+    embedder = options.load()
     records = mine_hard_negatives(embedder, data, settings, cache_dir=cache_dir)
-    write_mined(output, records, embedder, data, settings)
+    write_mined(output, records, embedder, data, settings, overwrite=overwrite)
     typer.echo(f"{len(records)} examples with up to {num_negatives} negatives written to {output}")
 
 

@@ -1,11 +1,14 @@
-"""Options shared by several verbs, and the model they describe."""
+"""Options shared by several verbs, the model they describe, and the checks every verb runs before heavy imports."""
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
+
+from embedkit.errors import EmbedkitError
 
 if TYPE_CHECKING:
     from embedkit.models.embedding_model import EmbeddingModel
@@ -13,15 +16,18 @@ if TYPE_CHECKING:
 Model = Annotated[
     Optional[str], typer.Option("--model", "-m", help="Model folder or Hub name (default: all-MiniLM-L6-v2, packaged).")
 ]
-Pooling = Annotated[Optional[str], typer.Option(help="cls | mean | last, for a plain transformers folder.")]
+Pooling = Annotated[Optional[str], typer.Option(help="cls | mean | last | max, for a plain transformers folder.")]
 QueryPrompt = Annotated[Optional[str], typer.Option(help="Text put before every query.")]
 DocumentPrompt = Annotated[Optional[str], typer.Option(help="Text put before every document.")]
 MaxLength = Annotated[Optional[int], typer.Option(help="Truncate texts to this many tokens.")]
-Dtype = Annotated[str, typer.Option(help="float32 | bfloat16 | float16 (autocast).")]
-Device = Annotated[Optional[str], typer.Option(help="cuda | mps | cpu (default: the best present).")]
+Dtype = Annotated[Optional[str], typer.Option(help="float32 | bfloat16 | float16 (autocast). [default: float32]")]
+Device = Annotated[Optional[str], typer.Option(help="cuda | cuda:N | mps | cpu (default: the best present).")]
 Backend = Annotated[
-    str,
-    typer.Option(help="torch | torch-int8 | onnx | onnx-int8 (the int8 and ONNX ones run on the CPU, in float32)."),
+    Optional[str],
+    typer.Option(
+        help="torch | torch-int8 | onnx | onnx-int8 (the int8 and ONNX ones run on the CPU, in float32). "
+        "[default: torch]"
+    ),
 ]
 BatchTokens = Annotated[Optional[int], typer.Option(help="Padded tokens per batch (default 4096 CPU, 65536 GPU).")]
 Dataset = Annotated[str, typer.Option("--dataset", "-d", help="BEIR dataset folder or name (e.g. scifact).")]
@@ -32,29 +38,62 @@ Rescore = Annotated[
     Optional[int],
     typer.Option(help="Re-rank the top k*N hits by exact float scores from the embeddings (SQ8, binary); 0 = off."),
 ]
+Overwrite = Annotated[
+    bool,
+    typer.Option("--overwrite", help="Replace an earlier output of this kind (never a folder embedkit did not write)."),
+]
 
 
-def model_from_options(
-    model: str | None,
-    pooling: str | None,
-    query_prompt: str | None,
-    document_prompt: str | None,
-    max_length: int | None,
-    dtype: str,
-    device: str | None,
-    batch_tokens: int | None,
-    backend: str = "torch",
-) -> EmbeddingModel:
-    from embedkit.models.loading import load_model
+def at_least(value: int | float | None, minimum: int | float, flag: str) -> None:
+    """Refuse a numeric flag below ``minimum`` (``None`` means not given)."""
+    if value is not None and value < minimum:
+        raise EmbedkitError(f"must be at least {minimum}, not {value}", field=flag)
 
-    return load_model(
-        model,
-        pooling=pooling,
-        query_prompt=query_prompt,
-        document_prompt=document_prompt,
-        max_length=max_length,
-        dtype=dtype,
-        device=device,
-        batch_tokens=batch_tokens,
-        backend=backend,
-    )
+
+def one_of(value: str | None, choices: tuple[str, ...] | list[str], flag: str) -> None:
+    if value is not None and value not in choices:
+        raise EmbedkitError(f"unknown value '{value}' (choose from {', '.join(choices)})", field=flag)
+
+
+def refuse_unused(flags: dict[str, Any], why: str) -> None:
+    """Refuse flags that were given but would be ignored (``why`` says by what)."""
+    given = [flag for flag, value in flags.items() if value is not None]
+    if given:
+        raise EmbedkitError(f"{', '.join(given)} {'does' if len(given) == 1 else 'do'} nothing {why}", field=given[0])
+
+
+@dataclass
+class ModelOptions:
+    """The model flags of a verb: checked without torch (``check``), loaded later (``load``)."""
+
+    model: str | None = None
+    pooling: str | None = None
+    query_prompt: str | None = None
+    document_prompt: str | None = None
+    max_length: int | None = None
+    dtype: str | None = None
+    device: str | None = None
+    batch_tokens: int | None = None
+    backend: str | None = None
+
+    def check(self) -> ModelOptions:
+        from embedkit.models.options import POOLINGS, check_run_options
+
+        check_run_options(self.dtype or "float32", self.backend or "torch", self.device)
+        one_of(self.pooling, POOLINGS, "--pooling")
+        at_least(self.max_length, 1, "--max-length")
+        at_least(self.batch_tokens, 1, "--batch-tokens")
+        return self
+
+    def given(self) -> dict[str, Any]:
+        """The flags given on the command line, by their flag names (to refuse them where they would be ignored)."""
+        return {f"--{name.replace('_', '-')}": value for name, value in asdict(self).items()}
+
+    def load(self) -> EmbeddingModel:
+        from embedkit.models.loading import load_model
+
+        options = asdict(self)
+        name = options.pop("model")
+        options["dtype"] = options["dtype"] or "float32"
+        options["backend"] = options["backend"] or "torch"
+        return load_model(name, **options)

@@ -37,7 +37,16 @@ def pretrain(
     precision: Annotated[Optional[str], typer.Option(help="auto | fp32 | bf16 | fp16")] = None,
     save_steps: Annotated[Optional[int], typer.Option(help="Checkpoint every N steps.")] = None,
     logging_steps: Annotated[Optional[int], typer.Option(help="Log loss every N steps.")] = None,
-    resume: Annotated[Optional[bool], typer.Option(help="Resume from the last checkpoint in OUTPUT.")] = None,
+    resume: Annotated[
+        Optional[bool],
+        typer.Option(
+            help="Continue the unfinished run in OUTPUT.partial even if its settings differ (default: only if they "
+            "are the same); --no-resume starts again."
+        ),
+    ] = None,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="Replace an earlier encoder (or unfinished run) in OUTPUT.")
+    ] = False,
     data_dir: Annotated[Optional[str], typer.Option(help="Folder holding BEIR datasets by name.")] = None,
 ) -> None:
     """Pretrain a BERT-like encoder for retrieval and save a folder that [bold]embedkit train --model[/bold] fine-tunes.
@@ -46,11 +55,16 @@ def pretrain(
 
     Example: [bold]embedkit pretrain --objective retromae --dataset scifact --max-steps 1000 -o models/retromae[/bold]
     """
-    from embedkit.pretrain import PretrainConfig
-    from embedkit.pretrain import pretrain as run_pretraining
+    from embedkit.pretrain.config import PretrainConfig
     from embedkit.settings_file import from_command_line
+    from embedkit.storage import check_output_folder
+    from embedkit.train.run_folder import ENCODER_KIND
 
     settings = from_command_line(PretrainConfig, config, dict(locals()))
+    settings.check()
+    check_output_folder(settings.output, ENCODER_KIND, overwrite=True)  # never a folder embedkit did not write
+    from embedkit.pretrain.trainer import pretrain as run_pretraining
+
     folder = run_pretraining(settings)
     typer.echo(f"encoder written to {folder}")
 

@@ -28,6 +28,10 @@ def reproduce(
 
     Example: [bold]embedkit reproduce --only bm25-flat.scifact --only all-minilm-l6-v2.scifact[/bold]
     """
+    from embedkit.storage import check_output_folder
+
+    if not list_only:  # the folder gathers one report folder per condition and the table: never someone else's
+        check_output_folder(output, "reproduction", overwrite=True)
     from embedkit.reproduce.runner import load_conditions
     from embedkit.reproduce.runner import reproduce as run_reproductions
     from embedkit.reproduce.table import render_reproduction_html, render_reproduction_markdown
@@ -38,7 +42,7 @@ def reproduce(
             typer.echo(f"{condition.id}: {condition.description}")
         return
     result = run_reproductions(config, only, output=output, data_dir=data_dir, cache_dir=cache_dir)
-    write_json(output / "reproduce.json", result)
+    write_json(output / "reproduce.json", {"format": "embedkit.reproduction/1", **result})
     write_text(output / "reproduce.md", render_reproduction_markdown(result))
     write_text(output / "report.html", render_reproduction_html(result))
     typer.echo(render_reproduction_markdown(result))

@@ -26,23 +26,35 @@ def search(
         Optional[Path], typer.Option("--embeddings", "-e", help="Float vectors for --rescore (default: meta.json's).")
     ] = None,
     model: opt.Model = None,
-    dtype: opt.Dtype = "float32",
+    dtype: opt.Dtype = None,
     device: opt.Device = None,
-    backend: opt.Backend = "torch",
+    backend: opt.Backend = None,
+    overwrite: opt.Overwrite = False,
 ) -> None:
     """Search an index with queries; the model defaults to the one recorded in the index's meta.json.
 
     Example: [bold]embedkit search -i idx/scifact -d scifact --split test -o runs/scifact.trec[/bold]
     """
-    from embedkit.data.beir import load_dataset, load_queries
+    from embedkit.data.trec import looks_like_run
     from embedkit.errors import EmbedkitError
-    from embedkit.index.sharded import load_index
-    from embedkit.models.loading import load_model
-    from embedkit.search.dense import dense_search
-    from embedkit.search.trec import write_run
+    from embedkit.storage import check_output_file
 
     if (dataset is None) == (queries is None):
         raise EmbedkitError("give exactly one of --dataset or --queries")
+    if queries is not None:
+        opt.refuse_unused({"--split": split, "--data-dir": data_dir}, "with --queries (a file's queries are all used)")
+    opt.at_least(k, 1, "-k")
+    opt.at_least(nprobe, 1, "--nprobe")
+    opt.at_least(ef_search, 1, "--ef-search")
+    opt.at_least(rescore, 0, "--rescore")
+    runtime = opt.ModelOptions(model=model, dtype=dtype, device=device, backend=backend).check()
+    check_output_file(output, overwrite, looks_like_run, "TREC run")
+    from embedkit.data.beir import load_dataset, load_queries
+    from embedkit.data.trec import write_run
+    from embedkit.index.sharded import load_index
+    from embedkit.models.loading import load_model_from_settings
+    from embedkit.search.dense import dense_search
+
     opened = load_index(index)  # an index folder, or a sharded one (--num-shards)
     if embeddings is not None:
         opened.attach_vectors(embeddings)
@@ -51,17 +63,8 @@ def search(
     else:
         data = load_dataset(dataset, data_dir=data_dir)
         texts = data.split_queries(split) if split else data.queries
-    built_with = opened.meta.get("model") or {}
-    embedder = load_model(
-        model or built_with.get("model"),
-        query_prompt=built_with.get("query_prompt"),
-        document_prompt=built_with.get("document_prompt"),
-        max_length=built_with.get("max_length"),
-        normalize=built_with.get("normalize"),
-        dtype=dtype,
-        device=device,
-        backend=backend,
-    )
+    given = {name: value for name, value in vars(runtime).items() if value is not None}
+    embedder = load_model_from_settings(opened.meta.get("model") or {}, **given)  # the index's model, as built
     opened.check_model(embedder.settings)
     run = dense_search(
         embedder,

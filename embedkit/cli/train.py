@@ -12,6 +12,9 @@ def train(
     config: Annotated[Optional[Path], typer.Option("--config", "-c", help="YAML file of TrainConfig settings.")] = None,
     output: Annotated[Optional[str], typer.Option("--output", "-o", help="Model folder to write.")] = None,
     model: Annotated[Optional[str], typer.Option("--model", "-m", help="Model to start from.")] = None,
+    pooling: Annotated[
+        Optional[str], typer.Option(help="cls | mean | last | max, when --model is a plain transformers folder.")
+    ] = None,
     objective: Annotated[Optional[str], typer.Option(help="supervised | simcse | cropping")] = None,
     dataset: Annotated[Optional[str], typer.Option("--dataset", "-d", help="BEIR folder or name.")] = None,
     train_split: Annotated[Optional[str], typer.Option(help="qrels split for supervised pairs.")] = None,
@@ -39,7 +42,16 @@ def train(
     eval_dataset: Annotated[Optional[str], typer.Option(help="BEIR dataset evaluated after training.")] = None,
     eval_split: Annotated[Optional[str], typer.Option(help="Its split.")] = None,
     save_steps: Annotated[Optional[int], typer.Option(help="Checkpoint every N steps.")] = None,
-    resume: Annotated[Optional[bool], typer.Option(help="Resume from the last checkpoint in OUTPUT.")] = None,
+    resume: Annotated[
+        Optional[bool],
+        typer.Option(
+            help="Continue the unfinished run in OUTPUT.partial even if its settings differ (default: only if they "
+            "are the same); --no-resume starts again."
+        ),
+    ] = None,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="Replace an earlier model (or unfinished run) in OUTPUT.")
+    ] = False,
     data_dir: Annotated[Optional[str], typer.Option(help="Folder holding BEIR datasets by name.")] = None,
 ) -> None:
     """Fine-tune (or pretrain without labels) and save a sentence-transformers model folder with a model card.
@@ -50,8 +62,9 @@ def train(
     """
     from embedkit.errors import EmbedkitError
     from embedkit.settings_file import from_command_line
+    from embedkit.storage import check_output_folder
     from embedkit.train.config import TrainConfig
-    from embedkit.train.trainer import train as run_training
+    from embedkit.train.run_folder import MODEL_KIND
 
     options = dict(locals())
     if matryoshka_dims is not None:
@@ -60,6 +73,10 @@ def train(
         except ValueError:
             raise EmbedkitError("expected comma-separated integers", field="matryoshka_dims") from None
     settings = from_command_line(TrainConfig, config, options)
+    settings.check()
+    check_output_folder(settings.output, MODEL_KIND, overwrite=True)  # never a folder embedkit did not write
+    from embedkit.train.trainer import train as run_training
+
     folder = run_training(settings)
     typer.echo(f"model written to {folder}")
 

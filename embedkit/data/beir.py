@@ -6,7 +6,7 @@ queries and qrels are small and stay plain dicts.
 
 from __future__ import annotations
 
-import csv
+import hashlib
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -14,18 +14,40 @@ from typing import Any
 
 import datasets
 
-from embedkit.data.jsonl import find_file, read_records
+from embedkit.data.jsonl import check_id, find_file, read_lines_of, read_records
 from embedkit.data.resolve import resolve_dataset
 from embedkit.errors import EmbedkitError
 from embedkit.protocols import Qrels
-from embedkit.storage import sha256_file
+from embedkit.storage import sha256_file, sha256_json
 
+# Part of the Arrow cache key of a loaded corpus: bump it when the reader's checks change, so no corpus cached by an
+# older reader skips them.
+READER_VERSION = 2
 DOC_TEXT_RULE = "(title + ' ' + text).strip()  # as BEIR and MTEB join them"
 
 
 def doc_text(doc: dict[str, Any]) -> str:
     """The text a document is encoded from: title and body joined as BEIR/MTEB do."""
     return ((doc.get("title") or "") + " " + (doc.get("text") or "")).strip()
+
+
+def corpus_fingerprint(corpus: Any, chunk: int = 10_000) -> str:
+    """The corpus as it is encoded, hashed: ids and document texts (``doc_text``), in order.
+
+    This is the ``corpus_sha256`` of manifests, caches and reports alike; it does not depend on the file's name,
+    compression or JSON layout.
+    """
+    digest = hashlib.sha256()
+    for start in range(0, len(corpus), chunk):
+        rows = corpus[start : start + chunk]
+        if isinstance(rows, dict):  # a datasets.Dataset slice is a dict of columns
+            titles = rows.get("title") or [""] * len(rows["_id"])
+            pairs = zip(rows["_id"], (doc_text({"title": t, "text": x}) for t, x in zip(titles, rows["text"])))
+        else:
+            pairs = ((str(row["_id"]), doc_text(row)) for row in rows)
+        for doc_id, text in pairs:
+            digest.update(doc_id.encode() + b"\0" + text.encode() + b"\0")
+    return digest.hexdigest()
 
 
 def _corpus_rows(path: str, stamp: str):
@@ -49,7 +71,7 @@ def load_corpus(path: Path) -> datasets.Dataset:
     """Load and validate a BEIR corpus file into a memory-mapped Arrow dataset (cached by content hash)."""
     if next(read_records(path, required=("_id", "text")), None) is None:
         raise EmbedkitError("the corpus is empty", path=path)
-    stamp = sha256_file(path)
+    stamp = f"{sha256_file(path)}/reader-{READER_VERSION}"
     features = datasets.Features(
         {"_id": datasets.Value("string"), "title": datasets.Value("string"), "text": datasets.Value("string")}
     )
@@ -85,34 +107,71 @@ def load_queries(path: Path) -> dict[str, str]:
         if record["_id"] in queries:
             raise EmbedkitError(f"duplicate query id '{record['_id']}'", path=path, line=number, field="_id")
         queries[record["_id"]] = record["text"]
+    if not queries:
+        raise EmbedkitError("holds no queries", path=path)
     return queries
 
 
+QRELS_HEADER_WORDS = {"query-id", "query_id", "queryid", "qid", "query"}
+
+
+def _is_header(columns: list[str]) -> bool:
+    """A first line that names its columns (BEIR's ``query-id corpus-id score``) rather than judging a document."""
+    try:
+        int(columns[-1])
+    except ValueError:
+        return columns[0].lower() in QRELS_HEADER_WORDS
+    return False
+
+
 def load_qrels(path: Path, known_queries: dict[str, str] | None = None) -> Qrels:
-    """Read a BEIR qrels TSV (header ``query-id corpus-id score``); judged queries must be known if given."""
+    """Judgements from a BEIR qrels TSV (``query-id corpus-id score``; its header line is optional) or a TREC qrels
+    file (``qid iteration docid grade``). Every line is a judgement or an error: the header is recognised by its
+    words, not skipped by position. A pair judged twice with different grades is refused, and so is a judged query
+    absent from ``known_queries``.
+    """
     qrels: Qrels = {}
-    with open(path, encoding="utf-8", newline="") as handle:
-        reader = csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)
-        header = next(reader, None)
-        if header is None:
-            raise EmbedkitError("the qrels file is empty", path=path)
-        for number, row in enumerate(reader, start=2):
-            if not row:
-                continue
-            if len(row) != 3:
-                raise EmbedkitError(f"expected 3 tab-separated columns, got {len(row)}", path=path, line=number)
-            query_id, doc_id, grade = row
-            if known_queries is not None and query_id not in known_queries:
-                raise EmbedkitError(
-                    f"query '{query_id}' is judged but absent from the queries file",
-                    path=path,
-                    line=number,
-                    field="query-id",
-                )
-            try:
-                qrels.setdefault(query_id, {})[doc_id] = int(grade)
-            except ValueError:
-                raise EmbedkitError(f"not an integer: {grade!r}", path=path, line=number, field="score") from None
+    seen: dict[tuple[str, str], int] = {}
+    first = True
+    for number, line in read_lines_of(path):
+        if not line.strip():
+            continue
+        tabbed = "\t" in line
+        columns = line.split("\t") if tabbed else line.split()
+        if first and _is_header(columns):
+            first = False
+            continue
+        first = False
+        if len(columns) == 4:  # TREC: qid iteration docid grade
+            columns = [columns[0], columns[2], columns[3]]
+        elif len(columns) != 3 or not tabbed:  # split on spaces, 3 columns could hide an empty or spaced id
+            raise EmbedkitError(
+                f"expected 3 tab-separated columns (BEIR) or 4 (TREC qrels), got {len(columns)}"
+                + ("" if tabbed else " separated by spaces"),
+                path=path,
+                line=number,
+            )
+        query_id = check_id(columns[0].strip(), path, number, "query-id")
+        doc_id = check_id(columns[1].strip(), path, number, "corpus-id")
+        try:
+            grade = int(columns[2])
+        except ValueError:
+            raise EmbedkitError(f"not an integer: {columns[2]!r}", path=path, line=number, field="score") from None
+        if known_queries is not None and query_id not in known_queries:
+            message = f"query '{query_id}' is judged but absent from the queries file"
+            raise EmbedkitError(message, path=path, line=number, field="query-id")
+        earlier = qrels.get(query_id, {}).get(doc_id)
+        if earlier is not None and earlier != grade:
+            raise EmbedkitError(
+                f"'{query_id}' / '{doc_id}' judged {earlier} on line {seen[(query_id, doc_id)]} and {grade} here",
+                path=path,
+                line=number,
+                field="score",
+            )
+        seen.setdefault((query_id, doc_id), number)
+        qrels.setdefault(query_id, {})[doc_id] = grade
+    if not qrels:
+        raise EmbedkitError("the qrels file holds no judgements", path=path)
     return qrels
 
 
@@ -163,11 +222,22 @@ class BeirDataset:
         queries = self.queries
         return {query_id: queries[query_id] for query_id in self.qrels(split)}
 
+    @cached_property
+    def corpus_sha256(self) -> str:
+        """The content hash of the corpus as encoded (see ``corpus_fingerprint``)."""
+        return corpus_fingerprint(self.corpus)
+
+    def qrels_sha256(self, split: str = "test") -> str:
+        """A hash of the judgements of ``split`` (reports made on other judgements are not comparable)."""
+        qrels = self.qrels(split)
+        return sha256_json({query_id: sorted(judged.items()) for query_id, judged in sorted(qrels.items())})
+
     def describe(self) -> dict[str, Any]:
         return {
             "name": self.name,
-            "path": str(self.path),
-            "corpus_sha256": sha256_file(self.corpus_file),
+            "path": str(self.path.resolve()),
+            "corpus_sha256": self.corpus_sha256,
+            "corpus_file_sha256": sha256_file(self.corpus_file),
             "documents": len(self.corpus),
             "doc_text": DOC_TEXT_RULE,
         }

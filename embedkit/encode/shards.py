@@ -11,78 +11,62 @@ is complete, so whatever reads the folder never learns how it was encoded.
 
 from __future__ import annotations
 
-import hashlib
-import json
-import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from tqdm.auto import tqdm
 
-from embedkit.data.beir import DOC_TEXT_RULE, doc_text
+from embedkit.data.beir import DOC_TEXT_RULE, corpus_fingerprint, doc_text
+from embedkit.data.jsonl import check_id
+from embedkit.encode.layout import (
+    FORMAT,
+    MANIFEST,
+    PART_PATTERN,
+    check_embeddings_folder,
+    check_worker,
+    part_name,
+    shard_block,
+)
+from embedkit.environment import library_versions
 from embedkit.errors import EmbedkitError
 from embedkit.models.embedding_model import EmbeddingModel
-from embedkit.report.environment import library_versions
-from embedkit.storage import load_npy, save_npy, sha256_file, write_json, write_lines
+from embedkit.storage import (
+    load_npy,
+    output_lock,
+    read_json,
+    read_lines,
+    save_npy,
+    sha256_file,
+    write_json,
+    write_lines,
+)
 
-MANIFEST = "manifest.json"
-FORMAT = "embedkit.embeddings/1"
 KEY_FIELDS = ("settings", "corpus", "shard_size")
-PART_PATTERN = re.compile(r"manifest\.part-(\d+)-of-(\d+)\.json")
 
 
 def _columns(corpus: Any, start: int, stop: int) -> tuple[list[str], list[str]]:
-    """Ids and document texts of rows ``start:stop`` of a ``Dataset`` or a list of dicts."""
+    """Ids (checked: they go into ``docid`` files, one a line) and document texts of rows ``start:stop``."""
     rows = corpus[start:stop]
     if isinstance(rows, dict):  # a datasets.Dataset slice is a dict of columns
         titles = rows.get("title") or [""] * len(rows["_id"])
         docs = [{"title": t, "text": x} for t, x in zip(titles, rows["text"])]
-        return list(rows["_id"]), [doc_text(d) for d in docs]
-    return [str(d["_id"]) for d in rows], [doc_text(d) for d in rows]
-
-
-def corpus_fingerprint(corpus: Any, chunk: int = 10_000) -> str:
-    """A content hash of the ids and texts as they will be encoded."""
-    digest = hashlib.sha256()
-    for start in range(0, len(corpus), chunk):
-        ids, texts = _columns(corpus, start, start + chunk)
-        for doc_id, text in zip(ids, texts):
-            digest.update(doc_id.encode() + b"\0" + text.encode() + b"\0")
-    return digest.hexdigest()
-
-
-def part_name(shard_id: int, num_shards: int) -> str:
-    """File name of worker ``shard_id``'s part manifest; zero-padded so a listing sorts in worker order."""
-    return f"manifest.part-{shard_id:05d}-of-{num_shards:05d}.json"
-
-
-def shard_block(total_shards: int, shard_id: int, num_shards: int) -> range:
-    """The global shards worker ``shard_id`` of ``num_shards`` encodes: contiguous, block sizes differ by at most 1."""
-    return range(shard_id * total_shards // num_shards, (shard_id + 1) * total_shards // num_shards)
-
-
-def check_worker(shard_id: int, num_shards: int) -> None:
-    """Refuse a worker slice that does not exist (checked before any model or corpus is loaded)."""
-    if num_shards < 1:
-        raise EmbedkitError(f"--num-shards must be at least 1, not {num_shards}")
-    if not 0 <= shard_id < num_shards:
-        raise EmbedkitError(f"--shard-id must be in 0..{num_shards - 1} for --num-shards {num_shards}, not {shard_id}")
+        ids = list(rows["_id"])
+    else:
+        docs, ids = rows, [d["_id"] for d in rows]
+    ids = [check_id(doc_id, None, None, f"_id of document {start + i}") for i, doc_id in enumerate(ids)]
+    return ids, [doc_text(d) for d in docs]
 
 
 def _read_manifest(path: Path) -> dict[str, Any] | None:
     """A manifest's content, or None if it does not exist (another worker may remove it at any moment)."""
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
+    if not path.is_file():
         return None
-    try:
-        manifest = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise EmbedkitError(f"malformed JSON ({err.msg})", path=path, line=err.lineno) from None
-    if manifest.get("format") != FORMAT:
-        raise EmbedkitError(f"unknown format {manifest.get('format')!r}", path=path, field="format")
+    manifest = read_json(path)
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        found = manifest.get("format") if isinstance(manifest, dict) else None
+        raise EmbedkitError(f"not an embeddings manifest (format {found!r})", path=path, field="format")
     return manifest
 
 
@@ -107,6 +91,7 @@ class EmbeddingsFolder:
     path: Path
     manifest: dict[str, Any]
     encoded_shards: int = 0
+    _verified: set[int] = field(default_factory=set, repr=False, compare=False)
 
     @classmethod
     def open(cls, path: str | Path) -> EmbeddingsFolder:
@@ -131,29 +116,56 @@ class EmbeddingsFolder:
     def settings(self) -> dict[str, Any]:
         return self.manifest["settings"]
 
+    def shard(self, entry: dict[str, Any], mmap: bool = False) -> tuple[list[str], np.ndarray]:
+        """One shard's ids and vectors, verified against the manifest: both files' sha256, the count and the shape.
+
+        Hashing a shard costs far less than encoding it, and a flipped byte would otherwise surface as a wrong
+        top hit, so every read is verified (once per shard and object).
+        """
+        vectors_path, ids_path = self.path / entry["embeddings"], self.path / entry["ids"]
+        index = entry["index"]
+        if index not in self._verified:
+            for path, key in ((vectors_path, "sha256"), (ids_path, "ids_sha256")):
+                if not path.is_file():
+                    raise EmbedkitError("missing from the embeddings folder; re-encode it", path=path)
+                if key in entry and sha256_file(path) != entry[key]:
+                    raise EmbedkitError(
+                        "changed since it was encoded (its sha256 differs from manifest.json); re-encode with "
+                        "'embedkit encode ... --overwrite'",
+                        path=path,
+                    )
+            self._verified.add(index)
+        ids = read_lines(ids_path)
+        vectors = load_npy(vectors_path, mmap=mmap)
+        if vectors.shape != (entry["count"], self.manifest["dim"]) or len(ids) != entry["count"]:
+            raise EmbedkitError(
+                f"holds {vectors.shape} vectors and {len(ids)} ids, manifest.json says {entry['count']} x "
+                f"{self.manifest['dim']}; re-encode it",
+                path=vectors_path,
+            )
+        return ids, vectors
+
     def ids(self) -> list[str]:
-        ids: list[str] = []
-        for shard in self.manifest["shards"]:
-            ids.extend((self.path / shard["ids"]).read_text(encoding="utf-8").splitlines())
-        return ids
+        return [doc for entry in self.manifest["shards"] for doc in self.shard(entry, mmap=True)[0]]
 
     def embeddings(self) -> np.ndarray:
         """All vectors in corpus order (float32)."""
-        shards = [load_npy(self.path / s["embeddings"]) for s in self.manifest["shards"]]
+        shards = [self.shard(entry)[1] for entry in self.manifest["shards"]]
         if not shards:
             return np.empty((0, self.manifest["dim"]), dtype=np.float32)
         return np.concatenate(shards, axis=0)
 
     def iter_shards(self):
         """``(ids, vectors)`` per shard, each memory-mapped, so a large corpus never sits in RAM at once."""
-        for shard in self.manifest["shards"]:
-            ids = (self.path / shard["ids"]).read_text(encoding="utf-8").splitlines()
-            yield ids, load_npy(self.path / shard["embeddings"], mmap=True)
+        for entry in self.manifest["shards"]:
+            yield self.shard(entry, mmap=True)
 
 
 def _shard_is_intact(folder: Path, shard: dict[str, Any]) -> bool:
     vectors, ids = folder / shard["embeddings"], folder / shard["ids"]
-    return vectors.is_file() and ids.is_file() and sha256_file(vectors) == shard["sha256"]
+    if not (vectors.is_file() and ids.is_file()) or sha256_file(vectors) != shard["sha256"]:
+        return False
+    return "ids_sha256" not in shard or sha256_file(ids) == shard["ids_sha256"]
 
 
 def _reusable_shards(
@@ -214,6 +226,7 @@ def encode_to_folder(
     shard_id: int = 0,
     num_shards: int = 1,
     merge: bool = True,
+    corpus_sha256: str | None = None,
 ) -> EmbeddingsFolder:
     """Encode ``corpus`` into ``folder``, reusing every intact shard encoded earlier with the same settings.
 
@@ -221,79 +234,86 @@ def encode_to_folder(
     (see :func:`shard_block`) and records them in its part manifest, so any scheduler can run the workers
     anywhere that sees the folder. With ``merge``, the worker that completes the last part also writes
     ``manifest.json`` (:func:`merge_encoded_parts`); the result is then the whole folder (``complete``), otherwise
-    this worker's part.
+    this worker's part. ``corpus_sha256`` is the corpus's ``corpus_fingerprint`` when the caller has it already.
     """
     check_worker(shard_id, num_shards)
     if shard_size < 1:
         raise EmbedkitError(f"--shard-size must be at least 1, not {shard_size}")
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
     if len(corpus) == 0:
         raise EmbedkitError("the corpus is empty")
+    folder = Path(folder)
+    check_embeddings_folder(folder)
+    folder.mkdir(parents=True, exist_ok=True)
     key = {
         "settings": model.settings,
-        "corpus": {"sha256": corpus_fingerprint(corpus), "documents": len(corpus), "doc_text": DOC_TEXT_RULE},
+        "corpus": {
+            "sha256": corpus_sha256 or corpus_fingerprint(corpus),
+            "documents": len(corpus),
+            "doc_text": DOC_TEXT_RULE,
+        },
         "shard_size": shard_size,
     }
     total = (len(corpus) + shard_size - 1) // shard_size
     worker = num_shards > 1
     block = shard_block(total, shard_id, num_shards) if worker else range(total)
     own = folder / (part_name(shard_id, num_shards) if worker else MANIFEST)
-    _remove_temporaries(folder, block, own)
-    done = _reusable_shards(folder, key, block, own, overwrite)
+    with output_lock(own):  # a second process encoding the same part waits, then finds the work done
+        _remove_temporaries(folder, block, own)
+        done = _reusable_shards(folder, key, block, own, overwrite)
 
-    manifest: dict[str, Any] = {
-        "format": FORMAT,
-        **key,
-        "dim": model.dim,
-        "dtype": "float32",
-        "num_shards": total,
-        "count": 0,
-        "complete": False,
-        "shards": [],
-        "library_versions": library_versions(),
-    }
-    if worker:
-        manifest["worker"] = {"shard_id": shard_id, "num_shards": num_shards, "shards": [block.start, block.stop]}
-    else:
-        manifest["workers"] = 1
+        manifest: dict[str, Any] = {
+            "format": FORMAT,
+            **key,
+            "dim": model.dim,
+            "dtype": "float32",
+            "num_shards": total,
+            "count": 0,
+            "complete": False,
+            "shards": [],
+            "library_versions": library_versions(),
+        }
+        if worker:
+            manifest["worker"] = {"shard_id": shard_id, "num_shards": num_shards, "shards": [block.start, block.stop]}
+        else:
+            manifest["workers"] = 1
 
-    def record() -> None:
-        manifest["shards"] = [done[i] for i in sorted(done)]
-        manifest["count"] = sum(s["count"] for s in manifest["shards"])
-        manifest["complete"] = len(done) == len(block)
-        write_json(own, manifest)
+        def record() -> None:
+            manifest["shards"] = [done[i] for i in sorted(done)]
+            manifest["count"] = sum(s["count"] for s in manifest["shards"])
+            manifest["complete"] = len(done) == len(block)
+            write_json(own, manifest)
 
-    if worker:  # at once: a part left complete by an earlier run must not invite a merge while this one redoes it
-        record()
-    encoded = 0
-    block_docs = min(len(corpus), block.stop * shard_size) - block.start * shard_size if block else 0
-    show = len(corpus) >= 1000 if show_progress is None else show_progress
-    desc = f"Encoding corpus (worker {shard_id}/{num_shards})" if worker else "Encoding corpus"
-    with tqdm(total=block_docs, desc=desc, unit="doc", disable=not show) as bar:
-        for index in block:
-            start, stop = index * shard_size, min(len(corpus), (index + 1) * shard_size)
-            if index in done:
-                bar.update(stop - start)
-            else:
-                ids, texts = _columns(corpus, start, stop)
-                vectors = model.encode(texts, prompt=model.document_prompt, progress=bar)
-                name = f"shard-{index:05d}"
-                save_npy(folder / f"{name}.npy", vectors)
-                write_lines(folder / f"{name}.docid", ids)
-                done[index] = {
-                    "index": index,
-                    "embeddings": f"{name}.npy",
-                    "ids": f"{name}.docid",
-                    "count": len(ids),
-                    "sha256": sha256_file(folder / f"{name}.npy"),
-                }
-                encoded += 1
+        if worker:  # at once: a part left complete by an earlier run must not invite a merge while this one redoes it
             record()
-    if worker and merge and _parts_ready(folder, key, num_shards):
-        merged = merge_encoded_parts(folder, num_shards=num_shards)
-        return EmbeddingsFolder(path=folder, manifest=merged.manifest, encoded_shards=encoded)
-    return EmbeddingsFolder(path=folder, manifest=manifest, encoded_shards=encoded)
+        encoded = 0
+        block_docs = min(len(corpus), block.stop * shard_size) - block.start * shard_size if block else 0
+        show = len(corpus) >= 1000 if show_progress is None else show_progress
+        desc = f"Encoding corpus (worker {shard_id}/{num_shards})" if worker else "Encoding corpus"
+        with tqdm(total=block_docs, desc=desc, unit="doc", disable=not show) as bar:
+            for index in block:
+                start, stop = index * shard_size, min(len(corpus), (index + 1) * shard_size)
+                if index in done:
+                    bar.update(stop - start)
+                else:
+                    ids, texts = _columns(corpus, start, stop)
+                    vectors = model.encode(texts, prompt=model.document_prompt, progress=bar)
+                    name = f"shard-{index:05d}"
+                    save_npy(folder / f"{name}.npy", vectors)
+                    write_lines(folder / f"{name}.docid", ids)
+                    done[index] = {
+                        "index": index,
+                        "embeddings": f"{name}.npy",
+                        "ids": f"{name}.docid",
+                        "count": len(ids),
+                        "sha256": sha256_file(folder / f"{name}.npy"),
+                        "ids_sha256": sha256_file(folder / f"{name}.docid"),
+                    }
+                    encoded += 1
+                record()
+        if worker and merge and _parts_ready(folder, key, num_shards):
+            merged = merge_encoded_parts(folder, num_shards=num_shards)
+            return EmbeddingsFolder(path=folder, manifest=merged.manifest, encoded_shards=encoded)
+        return EmbeddingsFolder(path=folder, manifest=manifest, encoded_shards=encoded)
 
 
 def _parts_ready(folder: Path, key: dict[str, Any], num_shards: int) -> bool:
@@ -407,5 +427,6 @@ def merge_encoded_parts(folder: str | Path, num_shards: int | None = None) -> Em
     }
     if any(v != versions[0] for v in versions):  # worth knowing if the embeddings ever look inconsistent
         merged["library_versions_by_worker"] = versions
-    write_json(folder / MANIFEST, merged)
+    with output_lock(folder / MANIFEST):
+        write_json(folder / MANIFEST, merged)
     return EmbeddingsFolder(path=folder, manifest=merged)

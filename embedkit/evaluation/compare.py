@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import metadata
@@ -13,6 +12,7 @@ import numpy as np
 
 from embedkit.errors import EmbedkitError
 from embedkit.evaluation.significance import paired_test
+from embedkit.storage import read_json
 
 DEFAULT_METRICS = ("ndcg_at_10", "recall_at_100", "mrr_at_10")
 
@@ -39,10 +39,10 @@ class RunFolder:
 def _read_json(path: Path) -> Any:
     if not path.is_file():
         raise EmbedkitError("not found; is this a report folder written by 'embedkit evaluate'?", path=path)
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise EmbedkitError(f"malformed JSON ({err.msg})", path=path, line=err.lineno) from None
+    found = read_json(path)
+    if not isinstance(found, dict):
+        raise EmbedkitError("expected a JSON object", path=path)
+    return found
 
 
 def load_run_folder(path: str | Path) -> RunFolder:
@@ -50,9 +50,11 @@ def load_run_folder(path: str | Path) -> RunFolder:
     return RunFolder(path, _read_json(path / "report.json"), _read_json(path / "per_query.json"))
 
 
-def _same_dataset(runs: list[RunFolder]) -> None:
-    """Paired tests only mean something on the same corpus, queries and judgements."""
+def _same_dataset(runs: list[RunFolder]) -> list[str]:
+    """Paired tests only mean something on the same corpus and split: refuse otherwise. Judgements that differ (or
+    cannot be checked) are allowed but said, since each run's per-query scores come from its own qrels."""
     first = runs[0].report["dataset"]
+    warnings = []
     for run in runs[1:]:
         dataset = run.report["dataset"]
         for key in ("corpus_sha256", "split"):
@@ -62,6 +64,15 @@ def _same_dataset(runs: list[RunFolder]) -> None:
                     path=run.path / "report.json",
                     field=f"dataset.{key}",
                 )
+        ours, theirs = first.get("qrels_sha256"), dataset.get("qrels_sha256")
+        if ours is None or theirs is None:
+            warnings.append(f"{run.label} or {runs[0].label} does not record its qrels hash: judgements not checked")
+        elif ours != theirs:
+            warnings.append(
+                f"{run.label} was scored on other judgements than {runs[0].label} (qrels sha256 {theirs[:12]} vs "
+                f"{ours[:12]}); each run's per-query scores come from its own qrels"
+            )
+    return warnings
 
 
 def _extremes(query_ids: list[str], a: np.ndarray, b: np.ndarray, top: int) -> tuple[list[dict], list[dict]]:
@@ -97,7 +108,7 @@ def compare_runs(
     if len(folders) < 2:
         raise EmbedkitError(f"compare needs at least two report folders, got {len(folders)}")
     runs = [load_run_folder(folder) for folder in folders]
-    _same_dataset(runs)
+    warnings = _same_dataset(runs)
     shared = set(runs[0].per_query).intersection(*(run.per_query for run in runs[1:]))
     query_ids = sorted(shared)
     if len(query_ids) < 2:
@@ -131,6 +142,7 @@ def compare_runs(
         "primary_metric": primary,
         "queries_compared": len(query_ids),
         "queries_not_shared": sum(len(set(run.per_query) - shared) for run in runs),
+        "warnings": warnings,
         "runs": [_describe(run, metrics, query_ids) for run in runs],
         "comparisons": comparisons,
         "settings": {
@@ -143,36 +155,3 @@ def compare_runs(
             "scipy": metadata.version("scipy"),
         },
     }
-
-
-def _p(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.3e}"
-
-
-def render_comparison_markdown(result: dict[str, Any]) -> str:
-    """The comparison as Markdown tables: means, then significance of each run against the baseline."""
-    metrics = result["metrics"]
-    dataset = result["dataset"]
-    lines = [f"# Comparison on {dataset['name']} ({dataset['split']}), {result['queries_compared']} queries", ""]
-    lines += ["| run | " + " | ".join(metrics) + " |", "| --- |" + " --- |" * len(metrics)]
-    for run in result["runs"]:
-        lines.append(f"| {run['label']} | " + " | ".join(f"{run['means'][m]:.4f}" for m in metrics) + " |")
-    lines += ["", f"## Significance against {result['baseline']} (B minus A)", ""]
-    header = "| run B | metric | delta | t-test p | randomisation p | 95% bootstrap CI | win/tie/loss |"
-    lines += [header, "| --- | --- | --- | --- | --- | --- | --- |"]
-    for comparison in result["comparisons"]:
-        for metric, test in comparison["tests"].items():
-            lines.append(
-                f"| {comparison['b']} | {metric} | {test['delta']:+.4f} | {_p(test['t_p_value'])} | "
-                f"{_p(test['randomization_p_value'])} | [{test['bootstrap_ci_low']:+.4f}, "
-                f"{test['bootstrap_ci_high']:+.4f}] | {test['wins']}/{test['ties']}/{test['losses']} |"
-            )
-    for comparison in result["comparisons"]:
-        for title, rows in (("gained", comparison["biggest_gains"]), ("lost", comparison["biggest_losses"])):
-            lines += ["", f"## Queries {comparison['b']} {title} most ({result['primary_metric']})", ""]
-            lines += ["| query | A | B | delta |", "| --- | --- | --- | --- |"]
-            lines += [f"| {r['query_id']} | {r['a']:.4f} | {r['b']:.4f} | {r['delta']:+.4f} |" for r in rows]
-    settings = result["settings"]
-    lines += ["", f"Tests: {settings['t_test']}; {settings['randomization_test']}; {settings['bootstrap']}; "]
-    lines[-1] += f"{settings['resamples']} resamples, seed {settings['seed']}, scipy {settings['scipy']}."
-    return "\n".join(lines) + "\n"

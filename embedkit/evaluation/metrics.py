@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytrec_eval
 
+from embedkit.data.trec import ranked
 from embedkit.protocols import Qrels, Run
-from embedkit.search.trec import ranked
 
 # pytrec_eval measure -> (cut-offs, MTEB key prefix)
 MEASURES = {

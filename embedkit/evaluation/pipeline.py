@@ -11,16 +11,15 @@ from pathlib import Path
 from typing import Any
 
 from embedkit.data.beir import BeirDataset, load_dataset
-from embedkit.data.resolve import cache_home
-from embedkit.encode.shards import encode_to_folder
+from embedkit.encode.cache import cached_corpus_embeddings, default_cache_root
+from embedkit.environment import library_versions
 from embedkit.errors import EmbedkitError
 from embedkit.evaluation.metrics import compute_metrics, recall_curve
 from embedkit.index.faiss_index import Index
 from embedkit.models.embedding_model import EmbeddingModel
 from embedkit.models.loading import load_model
 from embedkit.protocols import Run
-from embedkit.report.environment import library_versions
-from embedkit.report.writer import write_report
+from embedkit.report.writer import REPORT_FORMAT, write_report
 from embedkit.search.bm25 import DEFAULT_B, DEFAULT_K1, bm25_searcher, drop_identical
 from embedkit.search.dense import dense_search
 from embedkit.search.fusion import fuse
@@ -30,12 +29,15 @@ RETRIEVERS = ("dense", "bm25", "hybrid")
 
 
 def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-")
+    """A readable file-name part: letters and digits of any script kept, anything else one dash."""
+    return re.sub(r"[^\w.-]+", "-", text).strip("-.") or "x"
 
 
-def report_folder_name(dataset: str, model: str, split: str, factory: str) -> str:
-    """``<dataset>__<model>__<factory>__<split>``, e.g. ``scifact__all-MiniLM-L6-v2__Flat__test``."""
-    return "__".join(_slug(part) for part in (dataset, Path(model).name or model, factory, split))
+def report_folder_name(dataset: str, model: str, retriever: str, split: str, settings_sha256: str) -> str:
+    """``<dataset>__<model>__<retriever>__<split>__<hash>``: a readable part, then 8 hex digits of the hash of every
+    setting that changes a score, so runs that differ in any of them never share a folder."""
+    readable = "__".join(_slug(part) for part in (dataset, Path(model).name or model, retriever, split))
+    return f"{readable}__{settings_sha256[:8]}"
 
 
 class Stopwatch:
@@ -73,6 +75,7 @@ def evaluate(
     rrf_k: int = 60,
     harness: str = "embedkit",
     mteb_task: str | None = None,
+    overwrite: bool = False,
 ) -> dict[str, Any]:
     """Evaluate a retriever on a BEIR dataset; returns the report (and writes it under ``output`` if given).
 
@@ -82,20 +85,30 @@ def evaluate(
     ``~/.cache/embedkit/embeddings``), keyed by the settings and the corpus content. ``harness="mteb"`` also
     runs ``mteb.evaluate`` on the same model, corpus embeddings and index type, and records MTEB's scores (its
     result JSON goes to ``mteb/`` in the report folder).
+
+    The report folder is written as one unit and swapped in whole. Its name ends in a hash of every setting that
+    changes a score, so a rerun with the same settings replaces its own earlier report; any other existing folder is
+    kept unless ``overwrite``.
     """
+    if int(k) != k or k < 1:
+        raise EmbedkitError(f"must be a whole number >= 1, not {k}", field="k")
     if retriever not in RETRIEVERS:
         raise EmbedkitError(f"unknown retriever '{retriever}' (choose from {', '.join(RETRIEVERS)})", field="retriever")
     if harness not in ("embedkit", "mteb"):
         raise EmbedkitError(f"unknown harness '{harness}' (choose from embedkit, mteb)", field="harness")
     if harness == "mteb" and retriever != "dense":
         raise EmbedkitError(f"the mteb harness runs dense retrieval, not '{retriever}'", field="harness")
+    if retriever != "hybrid" and fusion_weights is not None:
+        raise EmbedkitError(f"fusion weights do nothing with retriever '{retriever}'", field="fusion_weights")
     timer = Stopwatch()
     with timer("load_data"):
         data = dataset if isinstance(dataset, BeirDataset) else load_dataset(dataset, data_dir=data_dir)
         qrels = data.qrels(split)
         queries = data.split_queries(split)
-        described = data.describe()
-    cache_root = Path(cache_dir) if cache_dir else cache_home() / "embeddings"
+        described = {**data.describe(), "split": split, "qrels_sha256": data.qrels_sha256(split)}
+    if not queries:
+        raise EmbedkitError(f"split '{split}' judges no queries: nothing to evaluate", path=data.path, field="split")
+    cache_root = Path(cache_dir) if cache_dir else default_cache_root()
     runs: dict[str, Run] = {}
     settings: dict[str, dict[str, Any]] = {}
     report: dict[str, Any] = {"model": None}
@@ -105,7 +118,6 @@ def evaluate(
         runs["dense"], settings["dense"], embeddings = _dense_run(
             model,
             data,
-            described["corpus_sha256"],
             queries,
             cache_root,
             timer,
@@ -122,7 +134,7 @@ def evaluate(
             device=model.device,
         )
     if retriever in ("bm25", "hybrid"):
-        lucene_dir = cache_root / f"{_slug(data.name)}-lucene-{described['corpus_sha256'][:16]}"
+        lucene_dir = cache_root / f"lucene-{described['corpus_sha256'][:16]}"
         with timer("build_bm25"):
             lexical = bm25_searcher(data, bm25_backend, k1=k1, b=b, index_dir=lucene_dir)
         with timer("search_bm25"):
@@ -144,11 +156,17 @@ def evaluate(
         if retriever == "hybrid":
             report["component_metrics"] = {name: compute_metrics(qrels, part)[0] for name, part in runs.items()}
             report["component_recall_curves"] = {name: recall_curve(qrels, part) for name, part in runs.items()}
+    if not per_query:
+        raise EmbedkitError(f"the {retriever} run returned no results for any of the {len(queries)} queries")
+    scored = {"dataset": described, "model": report["model"], "retriever": described_retriever, "harness": harness}
     report = {
+        "format": REPORT_FORMAT,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "dataset": {**described, "split": split, "queries": len(queries)},
+        "settings_sha256": sha256_json(scored),
+        "dataset": {**described, "queries": len(queries)},
         **report,
         "retriever": described_retriever,
+        "harness": harness,
         "metrics": metrics,
         "queries_evaluated": len(per_query),
         "queries_without_results": sorted(set(qrels) - set(per_query)),
@@ -158,29 +176,32 @@ def evaluate(
     folder = None
     if output is not None:
         model_part, retriever_part = _name_parts(report)
-        folder = Path(output) / report_folder_name(data.name, model_part, split, retriever_part)
+        name = report_folder_name(data.name, model_part, retriever_part, split, report["settings_sha256"])
+        folder = Path(output) / name
+    attachments = []
     if harness == "mteb":
         from embedkit.integrations.mteb import evaluate_mteb
 
         with timer("mteb"):
-            report["mteb"] = evaluate_mteb(
+            report["mteb"], write_mteb = evaluate_mteb(
                 model,
                 data,
                 split,
                 factory=factory,
+                metric=metric,
+                search_params={"nprobe": nprobe, "ef_search": ef_search},
                 corpus_cache=embeddings,
-                output=None if folder is None else folder / "mteb",
                 task_name=mteb_task,
             )
+        attachments.append(write_mteb)
     if folder is not None:
-        report["folder"] = str(write_report(folder, report, run, per_query))
+        report["folder"] = str(write_report(folder, report, run, per_query, overwrite, attachments))
     return report
 
 
 def _dense_run(
     model: EmbeddingModel,
     data: BeirDataset,
-    corpus_sha256: str,
     queries: dict[str, str],
     cache_root: Path,
     timer: Stopwatch,
@@ -192,9 +213,8 @@ def _dense_run(
     ef_search: int | None,
 ) -> tuple[Run, dict[str, Any], Any]:
     """Encode the corpus (or reuse its cached embeddings), index it, search it: the run, its settings, the cache."""
-    key = sha256_json([model.settings, corpus_sha256])[:16]
     with timer("encode_corpus"):
-        embeddings = encode_to_folder(model, data.corpus, cache_root / f"{_slug(data.name)}-{key}")
+        embeddings = cached_corpus_embeddings(model, data, cache_root)
     with timer("build_index"):
         index = Index.build(
             embeddings.embeddings(),

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import faiss
 import numpy as np
 
+from embedkit.environment import library_versions
 from embedkit.errors import EmbedkitError
 from embedkit.index.faiss_index import (
     FORMAT,
@@ -26,7 +27,6 @@ from embedkit.index.faiss_index import (
     is_binary_factory,
 )
 from embedkit.index.rescore import FloatVectors
-from embedkit.report.environment import library_versions
 
 if TYPE_CHECKING:  # importing it would pull in the model stack (torch)
     from embedkit.encode.shards import EmbeddingsFolder

@@ -6,22 +6,24 @@ so pyserini's ``FaissSearcher`` opens embedkit indexes and embedkit opens pyseri
 
 from __future__ import annotations
 
-import json
+import contextlib
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import faiss
 import numpy as np
 
+from embedkit.environment import library_versions
 from embedkit.errors import EmbedkitError
-from embedkit.report.environment import library_versions
-from embedkit.storage import atomic_folder, write_json, write_lines
+from embedkit.storage import read_json, read_lines, replace_folder, sha256_file, write_json, write_lines
 
 logger = logging.getLogger(__name__)
 
 METRICS = {"ip": faiss.METRIC_INNER_PRODUCT, "l2": faiss.METRIC_L2}
 FORMAT = "embedkit.index/1"
+INDEX_KINDS = ("index", "sharded-index")  # what an index folder may replace (with --overwrite)
 # The settings of a model that must agree between the index and the queries searched against it.
 MODEL_IDENTITY = ("model", "weights_sha256", "pooling", "normalize", "dim", "max_length", "document_prompt")
 
@@ -86,6 +88,48 @@ def _set_binary_parameter(index: faiss.IndexBinary, name: str, value: int, facto
         inner.hnsw.efSearch = value
     else:
         raise EmbedkitError(f"index '{factory}' has no search parameter '{name}'", field=name)
+
+
+def unwrap(index: Any) -> Any:
+    """The index under pre-transforms (OPQ, PCA, ...) and refinement wrappers."""
+    inner = faiss.downcast_index(index)
+    while True:
+        if isinstance(inner, faiss.IndexPreTransform):
+            inner = faiss.downcast_index(inner.index)
+        elif isinstance(inner, faiss.IndexRefine):
+            inner = faiss.downcast_index(inner.base_index)
+        else:
+            return inner
+
+
+def current_search_param(index: Any, name: str) -> int:
+    """The ``nprobe`` or ``efSearch`` FAISS searches ``index`` with now (set or default)."""
+    if isinstance(index, faiss.IndexBinary):
+        inner = faiss.downcast_IndexBinary(index)
+        owner = inner if name == "nprobe" else getattr(inner, "hnsw", None)
+    else:
+        ivf = faiss.try_extract_index_ivf(index)
+        inner = unwrap(index)
+        if name == "nprobe":
+            owner = ivf if ivf is not None else inner  # a GPU IVF index has nprobe itself
+        else:
+            hnsw_owner = inner if hasattr(inner, "hnsw") else None
+            if hnsw_owner is None and ivf is not None:  # IVF with an HNSW coarse quantizer
+                quantizer = faiss.downcast_index(ivf.quantizer)
+                hnsw_owner = quantizer if hasattr(quantizer, "hnsw") else None
+            owner = getattr(hnsw_owner, "hnsw", None)
+    value = getattr(owner, "nprobe" if name == "nprobe" else "efSearch", None)
+    if value is None:
+        raise EmbedkitError(f"the index has no search parameter '{name}'", field=name)
+    return int(value)
+
+
+def check_model_settings(built_with: dict[str, Any], settings: dict[str, Any]) -> None:
+    """Refuse query vectors from a model other than the one that encoded the documents (``MODEL_IDENTITY``)."""
+    differs = [key for key in MODEL_IDENTITY if built_with.get(key) != settings.get(key)]
+    if differs:
+        detail = ", ".join(f"{key}: index {built_with.get(key)!r}, model {settings.get(key)!r}" for key in differs)
+        raise EmbedkitError(f"the index was built with another model ({detail})")
 
 
 def _check_rescore(rescore: int) -> int:
@@ -221,17 +265,13 @@ class Index:
         built.set_search_params(nprobe=nprobe, ef_search=ef_search)
         return built
 
-    def set_search_params(
-        self, nprobe: int | None = None, ef_search: int | None = None, rescore: int | None = None
-    ) -> None:
-        """Set IVF ``nprobe`` / HNSW ``efSearch`` (also through OPQ or other pre-transforms) and the default
-        ``rescore`` factor (0 = off); kept in ``meta.json``."""
-        for name, value in (("nprobe", nprobe), ("efSearch", ef_search)):
-            if value is None:
-                continue
+    def _apply(self, params: dict[str, int]) -> None:
+        """Set FAISS search parameters (``nprobe``, ``efSearch``) on the index, through OPQ or other pre-transforms."""
+        for name, value in params.items():
+            if int(value) != value or value < 1:
+                raise EmbedkitError(f"must be a whole number >= 1, got {value}", field=name)
             if self.binary:
                 _set_binary_parameter(self.faiss_index, name, int(value), self.meta.get("factory"))
-                self.search_params[name] = int(value)
                 continue
             space = faiss.GpuParameterSpace() if _gpu_count() and hasattr(faiss, "GpuParameterSpace") else None
             space = space or faiss.ParameterSpace()
@@ -241,10 +281,31 @@ class Index:
                 raise EmbedkitError(
                     f"index '{self.meta.get('factory')}' has no search parameter '{name}'", field=name
                 ) from None
-            self.search_params[name] = int(value)
+
+    def set_search_params(
+        self, nprobe: int | None = None, ef_search: int | None = None, rescore: int | None = None
+    ) -> None:
+        """Set the index's own IVF ``nprobe`` / HNSW ``efSearch`` and default ``rescore`` factor (0 = off); they are
+        kept in ``meta.json``. (``search`` takes per-call values that do not stick.)"""
+        params = {
+            name: int(value) for name, value in (("nprobe", nprobe), ("efSearch", ef_search)) if value is not None
+        }
+        self._apply(params)
+        self.search_params.update(params)
         if rescore is not None:
             self.search_params["rescore"] = _check_rescore(rescore)
         self.meta["search_params"] = dict(self.search_params)
+
+    @contextlib.contextmanager
+    def _temporary(self, params: dict[str, int | None]) -> Iterator[None]:
+        """Search with ``params`` for the block only; the index's own settings (or FAISS's defaults) come back."""
+        given = {name: value for name, value in params.items() if value is not None}
+        before = {name: current_search_param(self.faiss_index, name) for name in given}
+        self._apply(given)
+        try:
+            yield
+        finally:
+            self._apply(before)
 
     def search(
         self,
@@ -283,12 +344,27 @@ class Index:
             raise EmbedkitError(
                 f"query dimension {queries.shape[1]} does not match the index dimension {self.dim}", field="dim"
             )
-        self.set_search_params(nprobe=nprobe, ef_search=ef_search)
+        if int(k) != k or k < 1:
+            raise EmbedkitError(f"k must be a whole number >= 1, got {k}", field="k")
         factor = _check_rescore(self.search_params.get("rescore", 0) if rescore is None else rescore)
         k = min(k, len(self))
         depth = min(k * factor, len(self)) if factor else k
         scores = np.empty((len(queries), k), dtype=np.float32)
         labels = np.empty((len(queries), k), dtype=np.int64)
+        with self._temporary({"nprobe": nprobe, "efSearch": ef_search}):
+            self._search_into(queries, k, depth, factor, batch_size, scores, labels)
+        return scores, labels
+
+    def _search_into(
+        self,
+        queries: np.ndarray,
+        k: int,
+        depth: int,
+        factor: int,
+        batch_size: int,
+        scores: np.ndarray,
+        labels: np.ndarray,
+    ) -> None:
         for start in range(0, len(queries), batch_size):
             stop = start + batch_size
             batch = queries[start:stop]
@@ -302,7 +378,6 @@ class Index:
 
                 found, rows = exact_rescore(batch, rows, self.vectors, k, self.metric)
             scores[start:stop], labels[start:stop] = found, rows
-        return scores, labels
 
     @property
     def metric(self) -> str:
@@ -313,27 +388,31 @@ class Index:
 
     def check_model(self, settings: dict[str, Any]) -> None:
         """Refuse to search with a model other than the one that built the index."""
-        built_with = self.meta.get("model")
-        if not built_with:
-            return
-        differs = [key for key in MODEL_IDENTITY if built_with.get(key) != settings.get(key)]
-        if differs:
-            detail = ", ".join(f"{key}: index {built_with.get(key)!r}, model {settings.get(key)!r}" for key in differs)
-            raise EmbedkitError(f"the index was built with another model ({detail})")
+        if self.meta.get("model"):
+            check_model_settings(self.meta["model"], settings)
 
-    def save(self, path: str | Path) -> Path:
-        """Write ``index``, ``docid`` and ``meta.json`` into a new folder, atomically replacing any old one."""
+    def save(self, path: str | Path, overwrite: bool = False) -> Path:
+        """Write ``index``, ``docid`` and ``meta.json`` as a new folder that takes ``path``'s place in one step.
+
+        An existing index folder is replaced only with ``overwrite``; a folder embedkit did not write, never.
+        """
         path = Path(path)
-        with atomic_folder(path) as tmp:
-            if self.binary:
-                faiss.write_index_binary(self.faiss_index, str(tmp / "index"))
-            else:
-                from embedkit.index.ondisk import write_index_file  # lazy: it imports this module
-
-                write_index_file(_to_cpu(self.faiss_index), tmp, path)  # with index.ivfdata for an on-disk index
-            write_lines(tmp / "docid", self.ids)
-            write_json(tmp / "meta.json", self.meta)
+        with replace_folder(path, INDEX_KINDS, overwrite) as tmp:
+            self.write_files(tmp, path)
         return path
+
+    def write_files(self, folder: Path, final: Path) -> None:
+        """The index's files in ``folder`` (which will be renamed to ``final``), their sha256 in meta.json."""
+        if self.binary:
+            faiss.write_index_binary(self.faiss_index, str(folder / "index"))
+        else:
+            from embedkit.index.ondisk import write_index_file  # lazy: it imports this module
+
+            write_index_file(_to_cpu(self.faiss_index), folder, final)  # with index.ivfdata for an on-disk index
+        write_lines(folder / "docid", self.ids)
+        # The .ivfdata of an on-disk index is not hashed: it is mapped, not read, and may be larger than memory.
+        files = {name: sha256_file(folder / name) for name in ("index", "docid")}
+        write_json(folder / "meta.json", {**self.meta, "files": files})
 
     @classmethod
     def load(
@@ -360,20 +439,26 @@ class Index:
         for name in ("index", "docid"):
             if not (path / name).is_file():
                 raise EmbedkitError(f"the index folder has no '{name}' file", path=path)
-        meta: dict[str, Any] = {}
-        if (path / "meta.json").is_file():
-            try:
-                meta = json.loads((path / "meta.json").read_text())
-            except json.JSONDecodeError as err:
-                raise EmbedkitError(f"malformed JSON ({err.msg})", path=path / "meta.json", line=err.lineno) from None
+        meta: dict[str, Any] = read_json(path / "meta.json") if (path / "meta.json").is_file() else {}
+        if not isinstance(meta, dict):
+            raise EmbedkitError("expected a JSON object", path=path / "meta.json")
+        for name, digest in (meta.get("files") or {}).items():
+            if sha256_file(path / name) != digest:
+                raise EmbedkitError(
+                    "changed since it was written (its sha256 differs from meta.json); rebuild the index",
+                    path=path / name,
+                )
         binary = bool(meta.get("binary"))
-        if binary:
-            index = faiss.read_index_binary(str(path / "index"))
-        else:  # an on-disk index's lists are mapped from the index.ivfdata beside 'index', whatever the cwd
-            from embedkit.index.ondisk import read_index_file  # lazy: it imports this module
+        try:
+            if binary:
+                index = faiss.read_index_binary(str(path / "index"))
+            else:  # an on-disk index's lists are mapped from the index.ivfdata beside 'index', whatever the cwd
+                from embedkit.index.ondisk import read_index_file  # lazy: it imports this module
 
-            index = read_index_file(path / "index", on_disk=bool(meta.get("on_disk")))
-        ids = (path / "docid").read_text(encoding="utf-8").splitlines()
+                index = read_index_file(path / "index", on_disk=bool(meta.get("on_disk")))
+        except RuntimeError as err:
+            raise EmbedkitError(f"not a readable FAISS index ({_faiss_reason(err)})", path=path / "index") from None
+        ids = read_lines(path / "docid")
         if index.ntotal != len(ids):
             raise EmbedkitError(f"'index' holds {index.ntotal} vectors but 'docid' lists {len(ids)} ids", path=path)
         if meta.get("dim") not in (None, index.d):

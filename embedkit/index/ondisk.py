@@ -22,8 +22,8 @@ import numpy as np
 
 from embedkit.errors import EmbedkitError
 from embedkit.index.building import FolderVectors, index_meta, new_index, train_index
-from embedkit.index.faiss_index import Index, _to_cpu, _to_gpu
-from embedkit.storage import atomic_folder, write_json, write_lines
+from embedkit.index.faiss_index import INDEX_KINDS, Index, _to_cpu, _to_gpu
+from embedkit.storage import replace_folder, sha256_file, write_json, write_lines
 
 if TYPE_CHECKING:  # importing it would pull in the model stack (torch)
     from embedkit.encode.shards import EmbeddingsFolder
@@ -142,6 +142,7 @@ def build_ondisk(
     start: int = 0,
     stop: int | None = None,
     trained: tuple[faiss.Index, int] | None = None,
+    overwrite: bool = False,
 ) -> Index:
     """Write an on-disk IVF index of rows ``start:stop`` to ``output`` (atomically) and open it.
 
@@ -156,7 +157,7 @@ def build_ondisk(
     if trained is None:
         trained = train_index(vectors, factory, metric, train_size=train_size, seed=seed, use_gpu=use_gpu)
     output = Path(output)
-    with atomic_folder(output) as tmp:
+    with replace_folder(output, INDEX_KINDS, overwrite) as tmp:
         pieces = list(vectors.pieces(start, stop))
         groups = [pieces[i : i + shards_per_block] for i in range(0, len(pieces), shards_per_block)]
         blocks = []
@@ -190,6 +191,7 @@ def build_ondisk(
         ondisk_lists(merged).filename = str(output.resolve() / IVFDATA)  # where it will be after the rename
         faiss.write_index(merged, str(tmp / "index"))
         write_lines(tmp / "docid", built.ids)
-        write_json(tmp / "meta.json", built.meta)
+        files = {name: sha256_file(tmp / name) for name in ("index", "docid")}
+        write_json(tmp / "meta.json", {**built.meta, "files": files})
         del built, merged
     return Index.load(output, use_gpu=False)

@@ -8,17 +8,16 @@ shard visits the same lists as the one index holding everything.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from embedkit.environment import library_versions
 from embedkit.errors import EmbedkitError
 from embedkit.index.building import FolderVectors, build_from_folder, train_index
-from embedkit.index.faiss_index import Index
-from embedkit.report.environment import library_versions
-from embedkit.storage import atomic_folder, write_json
+from embedkit.index.faiss_index import INDEX_KINDS, Index
+from embedkit.storage import read_json, replace_folder, write_json
 
 if TYPE_CHECKING:  # importing it would pull in the model stack (torch)
     from embedkit.encode.shards import EmbeddingsFolder
@@ -27,10 +26,10 @@ SHARDED_FORMAT = "embedkit.sharded-index/1"
 
 
 def _read_meta(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads((path / "meta.json").read_text())
-    except json.JSONDecodeError as err:
-        raise EmbedkitError(f"malformed JSON ({err.msg})", path=path / "meta.json", line=err.lineno) from None
+    meta = read_json(path / "meta.json")
+    if not isinstance(meta, dict):
+        raise EmbedkitError("expected a JSON object", path=path / "meta.json")
+    return meta
 
 
 def is_sharded(path: str | Path) -> bool:
@@ -130,10 +129,11 @@ class ShardedIndex:
         for shard in self.shards:
             shard.check_model(settings)
 
-    def save(self, path: str | Path) -> Path:
-        """Write every shard folder and meta.json into a new folder, atomically replacing any old one."""
+    def save(self, path: str | Path, overwrite: bool = False) -> Path:
+        """Write every shard folder and meta.json as a new folder that takes ``path``'s place in one step (an existing
+        index folder only with ``overwrite``)."""
         path = Path(path)
-        with atomic_folder(path) as tmp:
+        with replace_folder(path, INDEX_KINDS, overwrite) as tmp:
             for name, shard in zip(self.names, self.shards):
                 shard.save(tmp / name)
             write_json(tmp / "meta.json", {**self.meta, "shards": self.names, "count": len(self)})
@@ -202,6 +202,7 @@ def build_sharded(
     seed: int = 0,
     nprobe: int | None = None,
     ef_search: int | None = None,
+    overwrite: bool = False,
 ) -> Path:
     """Write ``num_shards`` index shards of contiguous row ranges to ``output`` (atomically), one shard in memory
     at a time; a trained type is trained once on a sample across all rows and the quantizer shared by the shards."""
@@ -217,7 +218,7 @@ def build_sharded(
     trained = train_index(vectors, factory, metric, train_size=train_size, seed=seed, use_gpu=use_gpu)
     output = Path(output)
     names, counts, params = [], [], {}
-    with atomic_folder(output) as tmp:
+    with replace_folder(output, INDEX_KINDS, overwrite) as tmp:
         for number, (start, stop) in enumerate(shard_ranges(len(vectors), num_shards)):
             names.append(f"shard-{number:05d}")
             common = {"train_size": train_size, "add_batch_size": add_batch_size, "use_gpu": use_gpu, "seed": seed}

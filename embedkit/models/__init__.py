@@ -1,7 +1,28 @@
 """Stage 2: models as sentence-transformers module stacks, with the settings that change a score."""
 
-from embedkit.models.device import pick_device
-from embedkit.models.embedding_model import EmbeddingModel
-from embedkit.models.loading import DEFAULT_MODEL_NAME, default_model_path, load_model
+from typing import TYPE_CHECKING
 
-__all__ = ["DEFAULT_MODEL_NAME", "EmbeddingModel", "default_model_path", "load_model", "pick_device"]
+from embedkit._lazy import lazy_exports
+
+_EXPORTS = {
+    "DEFAULT_MODEL_NAME": "embedkit.models.loading",
+    "EmbeddingModel": "embedkit.models.embedding_model",
+    "default_model_path": "embedkit.models.loading",
+    "load_model": "embedkit.models.loading",
+    "load_model_from_settings": "embedkit.models.loading",
+    "pick_device": "embedkit.models.device",
+}
+__all__ = [
+    "DEFAULT_MODEL_NAME",
+    "EmbeddingModel",
+    "default_model_path",
+    "load_model",
+    "load_model_from_settings",
+    "pick_device",
+]
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+
+if TYPE_CHECKING:
+    from embedkit.models.device import pick_device
+    from embedkit.models.embedding_model import EmbeddingModel
+    from embedkit.models.loading import DEFAULT_MODEL_NAME, default_model_path, load_model, load_model_from_settings

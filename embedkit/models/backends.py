@@ -16,10 +16,9 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
-import os
 import platform
+import secrets
 import shutil
-import tempfile
 import warnings
 from collections.abc import Iterator
 from functools import lru_cache
@@ -30,30 +29,13 @@ import torch
 from sentence_transformers import SentenceTransformer
 
 from embedkit.errors import EmbedkitError
+from embedkit.storage import NEW_MARK, commit_folder, output_lock, recover
 
-BACKENDS = ("torch", "torch-int8", "onnx", "onnx-int8")
-CPU_ONLY = frozenset({"torch-int8", "onnx", "onnx-int8"})
 # Bump when the exported graph changes, so cached exports made by an older embedkit are not reused.
 ONNX_EXPORT_FORMAT = 1
 ONNX_OPSET = 18
 TEXT_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 ONNX_MISSING = "the onnx backends need onnxruntime, onnx and onnxscript: pip install 'embedkit[onnx]'"
-
-
-def check_backend(backend: str, dtype: str, device: str | None) -> str | None:
-    """Validate the backend against dtype and device; CPU-only backends default to (and require) the CPU."""
-    if backend not in BACKENDS:
-        raise EmbedkitError(f"unknown backend '{backend}' (choose from {', '.join(BACKENDS)})", field="backend")
-    if backend not in CPU_ONLY:
-        return device
-    if dtype != "float32":
-        raise EmbedkitError(f"the {backend} backend runs in float32; pass dtype float32", field="dtype")
-    if device is not None and device.split(":")[0] != "cpu":
-        raise EmbedkitError(
-            f"the {backend} backend runs on the CPU only (asked for '{device}'); use backend torch on a GPU",
-            field="backend",
-        )
-    return "cpu"
 
 
 @lru_cache(maxsize=1)
@@ -164,24 +146,20 @@ def network_key(network: torch.nn.Module, input_names: list[str]) -> str:
 
 
 def _cached(folder: Path, build: Any) -> Path:
-    """``folder/model.onnx``, built once by ``build(tmp_folder)`` into a temporary folder renamed into place."""
+    """``folder/model.onnx``, built once by ``build(tmp_folder)`` beside it and renamed into place under a lock."""
     model = folder / "model.onnx"
     if model.is_file():
         return model
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".tmp"))
-    umask = os.umask(0)
-    os.umask(umask)
-    tmp.chmod(0o777 & ~umask)  # mkdtemp's 0700 would hide a shared cache from other users
-    try:
-        build(tmp)
-        try:
-            os.rename(tmp, folder)
-        except OSError:
-            if not model.is_file():  # not a concurrent export that finished first
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    with output_lock(folder):
+        recover(folder)
+        if not model.is_file():  # not built by a process we waited for
+            tmp = folder.parent / f".{folder.name}{NEW_MARK}{secrets.token_hex(4)}"
+            tmp.mkdir(parents=True)  # 0o777 & ~umask: a shared cache stays readable by other users
+            try:
+                build(tmp)
+                commit_folder(tmp, folder)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
     return model
 
 

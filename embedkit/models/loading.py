@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import json
+import os
 from pathlib import Path
+from typing import Any
 
 from sentence_transformers import SentenceTransformer
 from sentence_transformers.base.modules import Normalize, Transformer
@@ -11,9 +12,11 @@ from sentence_transformers.sentence_transformer.modules import Pooling
 from transformers import AutoConfig
 
 from embedkit.errors import EmbedkitError
-from embedkit.models.backends import apply_backend, check_backend
-from embedkit.models.device import DTYPES, pick_device
+from embedkit.models.backends import apply_backend
+from embedkit.models.device import pick_device
 from embedkit.models.embedding_model import EmbeddingModel
+from embedkit.models.options import check_run_options
+from embedkit.storage import read_json
 
 DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 POOLING_MODES = {"cls": "cls", "mean": "mean", "last": "lasttoken", "max": "max"}
@@ -30,7 +33,7 @@ def _pooling_from_config(path: str) -> str:
     """Pooling for a plain transformers folder: an ``embedkit.json`` hint, else last-token for decoders, else CLS."""
     hint = Path(path) / "embedkit.json"
     if hint.is_file():
-        pooling = json.loads(hint.read_text()).get("pooling")
+        pooling = read_json(hint).get("pooling")
         if pooling:
             return pooling
     config = AutoConfig.from_pretrained(path)
@@ -59,7 +62,7 @@ def _plain_transformers(path: str, pooling: str | None, normalize: bool | None) 
 
 def _own_modules(path: Path) -> bool:
     """True when the stack's only non-sentence-transformers modules are embedkit's (e.g. the dupmae pooling)."""
-    types = [m.get("type", "") for m in json.loads((path / "modules.json").read_text())]
+    types = [m.get("type", "") for m in read_json(path / "modules.json") if isinstance(m, dict)]
     custom = [t for t in types if not t.startswith("sentence_transformers.")]
     return bool(custom) and all(t.startswith("embedkit.") for t in custom)
 
@@ -73,6 +76,35 @@ def _stack_pooling(model: SentenceTransformer) -> str:
             mode = mode if isinstance(mode, str) else "+".join(mode)
             return {v: k for k, v in POOLING_MODES.items()}.get(mode, mode)
     return "none"
+
+
+def _looks_like_path(name: str) -> bool:
+    """A name meant as a local folder rather than a Hub id (``org/name``): it says so, or its parent folder exists."""
+    path = Path(name).expanduser()
+    if name.startswith((".", "/", "~")) or len(path.parts) > 2 or path.is_absolute():
+        return True
+    return len(path.parts) == 2 and path.parent.is_dir()
+
+
+def _load_stack(name: str, path: Path, device: str, revision: str | None, pooling: str | None, normalize):
+    """The sentence-transformers stack of a folder or Hub name, and the pooling a plain folder was given."""
+    if path.is_dir() and (path / "modules.json").is_file():
+        return SentenceTransformer(str(path), device=device, trust_remote_code=_own_modules(path)), pooling
+    if path.is_dir() and (path / "config.json").is_file():
+        model, pooling = _plain_transformers(str(path), pooling, normalize)
+        return model.to(device), pooling
+    if path.is_dir():
+        raise EmbedkitError("not a model folder (no modules.json or config.json)", path=path)
+    if path.exists() or _looks_like_path(name):
+        raise EmbedkitError("no such model folder", path=path)
+    try:
+        return SentenceTransformer(name, device=device, revision=revision), pooling
+    except (OSError, ValueError) as err:
+        offline = " (offline: HF_HUB_OFFLINE is set)" if os.environ.get("HF_HUB_OFFLINE") not in (None, "0") else ""
+        raise EmbedkitError(
+            f"model '{name}' is neither a local folder nor in the Hub cache{offline}: {str(err).splitlines()[0]}",
+            field="model",
+        ) from None
 
 
 def load_model(
@@ -94,34 +126,35 @@ def load_model(
     Every argument left as ``None`` takes the model's own value (its prompts, max length, pooling and whether it
     normalises); what is used is recorded in ``model.settings``. ``backend`` is ``torch`` (with ``dtype`` float32 or
     bfloat16/float16 autocast) or a CPU one: ``torch-int8``, ``onnx``, ``onnx-int8`` (see ``embedkit.models.backends``).
+    A local folder is recorded by its absolute path, so what is recorded reloads from any working directory.
     """
-    if dtype not in DTYPES:
-        raise EmbedkitError(f"unknown dtype '{dtype}' (choose from {', '.join(DTYPES)})", field="dtype")
-    device = check_backend(backend, dtype, device)
+    if max_length is not None and max_length < 1:
+        raise EmbedkitError(f"must be at least 1, not {max_length}", field="max_length")
+    device = check_run_options(dtype, backend, device)
     name = DEFAULT_MODEL_NAME if name_or_path is None else str(name_or_path)
     # The packaged default answers to its Hub name too, so recorded settings reload offline.
     packaged = name_or_path is None or name == DEFAULT_MODEL_NAME
-    path = default_model_path() if packaged else Path(name).expanduser()
+    path = default_model_path() if packaged else Path(name).expanduser().absolute()
+    if path.is_dir() and not packaged:
+        name = str(path.resolve())
     device = pick_device(device)
-    if path.is_dir() and (path / "modules.json").is_file():
-        model = SentenceTransformer(str(path), device=device, trust_remote_code=_own_modules(path))
-        if pooling and pooling != _stack_pooling(model):
-            raise EmbedkitError(
-                f"this sentence-transformers model pools with '{_stack_pooling(model)}'; "
-                "load the plain transformers folder to choose another pooling",
-                path=path,
-                field="pooling",
-            )
-    elif path.is_dir() and (path / "config.json").is_file():
-        model, pooling = _plain_transformers(str(path), pooling, normalize)
-        model.to(device)
-    elif path.exists() or len(Path(name).parts) > 2:
-        raise EmbedkitError("not a sentence-transformers or transformers model folder", path=path)
-    else:
-        model = SentenceTransformer(name, device=device, revision=revision)
-    has_normalize = any(isinstance(m, Normalize) for m in model)
-    if normalize is False and has_normalize:
-        model = SentenceTransformer(modules=[m for m in model if not isinstance(m, Normalize)], device=device)
+    try:
+        model, pooling = _load_stack(name, path, device, revision, pooling, normalize)
+    except EmbedkitError:
+        raise
+    except (OSError, ValueError, KeyError, TypeError) as err:  # a broken config.json, weights or tokenizer files
+        raise EmbedkitError(f"cannot load this model: {str(err).splitlines()[0]}", path=path) from None
+    if pooling and pooling != _stack_pooling(model):
+        raise EmbedkitError(
+            f"this sentence-transformers model pools with '{_stack_pooling(model)}'; "
+            "load the plain transformers folder to choose another pooling",
+            path=path if path.is_dir() else None,
+            field="pooling",
+        )
+    normalizing = [i for i, m in enumerate(model) if isinstance(m, Normalize)]
+    if normalize is False:
+        for position in reversed(normalizing):
+            del model[position]  # in place: the model keeps its prompts and settings
     if max_length is not None:
         model.max_seq_length = max_length
     backend_config = apply_backend(model, backend)
@@ -134,10 +167,25 @@ def load_model(
         pooling=_stack_pooling(model),
         query_prompt=query_prompt if query_prompt is not None else prompts.get("query", ""),
         document_prompt=document_prompt if document_prompt is not None else prompts.get("document", ""),
-        normalize=has_normalize if normalize is None else normalize,
+        normalize=bool(normalizing) if normalize is None else normalize,
         dtype=dtype,
         device=device,
         batch_tokens=batch_tokens,
         backend=backend,
         backend_config=backend_config,
     )
+
+
+def load_model_from_settings(settings: dict[str, Any], **runtime: Any) -> EmbeddingModel:
+    """The model recorded in a manifest, an index's meta.json or a report, with every setting that changes its
+    vectors (pooling, prompts, max length, normalisation); ``runtime`` adds how to run it (dtype, device, backend,
+    batch_tokens) or overrides a recorded setting."""
+    recorded = {
+        "pooling": settings.get("pooling"),
+        "query_prompt": settings.get("query_prompt"),
+        "document_prompt": settings.get("document_prompt"),
+        "max_length": settings.get("max_length"),
+        "normalize": settings.get("normalize"),
+    }
+    recorded.update({key: value for key, value in runtime.items() if key != "model"})
+    return load_model(runtime.get("model") or settings.get("model"), **recorded)

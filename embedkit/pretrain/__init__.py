@@ -1,14 +1,25 @@
 """Masked-autoencoder pretraining for retrieval: RetroMAE, DupMAE and plain MLM, with shared masking policies."""
 
-from embedkit.pretrain.config import OBJECTIVES, PretrainConfig
-from embedkit.pretrain.trainer import RECORD, pretrain
+from typing import TYPE_CHECKING
 
-__all__ = ["OBJECTIVES", "RECORD", "PretrainConfig", "pretrain", "pretraining_record"]
+from embedkit._lazy import lazy_exports
 
+_EXPORTS = {
+    "OBJECTIVES": "embedkit.pretrain.config",
+    "PretrainConfig": "embedkit.pretrain.config",
+    "RECORD": "embedkit.pretrain.trainer",
+    "pretrain": "embedkit.pretrain.trainer",
+    "pretraining_record": "embedkit.pretrain.trainer",
+}
+__all__ = [
+    "OBJECTIVES",
+    "RECORD",
+    "PretrainConfig",
+    "pretrain",
+    "pretraining_record",
+]
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
-def pretraining_record(folder: str) -> dict:
-    """The JSON record ``pretrain`` writes beside the encoder."""
-    import json
-    from pathlib import Path
-
-    return json.loads((Path(folder) / RECORD).read_text())
+if TYPE_CHECKING:
+    from embedkit.pretrain.config import OBJECTIVES, PretrainConfig
+    from embedkit.pretrain.trainer import RECORD, pretrain, pretraining_record

@@ -7,11 +7,12 @@ from pathlib import Path
 from typing import Any
 
 from embedkit.errors import EmbedkitError
-from embedkit.pretrain.masking import POLICIES
-from embedkit.pretrain.retromae import DECODERS
 from embedkit.settings_file import from_yaml
+from embedkit.train.config import check_common
 
 OBJECTIVES = ("retromae", "dupmae", "mlm")
+POLICIES = ("random", "whole_word", "span", "idf")
+DECODERS = ("enhanced", "plain")
 
 
 @dataclass
@@ -41,7 +42,8 @@ class PretrainConfig:
     save_steps: int = 500
     save_total_limit: int = 2
     logging_steps: int = 10
-    resume: bool = True
+    resume: bool | None = None  # None: resume an unfinished run only if its settings are these; True: resume anyway
+    overwrite: bool = False  # replace an earlier encoder or unfinished run in OUTPUT
     data_dir: str | None = None
 
     def check(self, has_dataset_object: bool = False) -> None:
@@ -56,6 +58,7 @@ class PretrainConfig:
                 raise EmbedkitError(f"must lie between 0 and 1, got {getattr(self, name)}", field=name)
         if self.precision not in ("auto", "fp32", "bf16", "fp16"):
             raise EmbedkitError(f"unknown precision '{self.precision}'", field="precision")
+        check_common(self)
         if self.max_length < 8:
             raise EmbedkitError("must be at least 8 tokens", field="max_length")
         sources = [s for s in (self.dataset, self.data) if s] + (["dataset object"] if has_dataset_object else [])

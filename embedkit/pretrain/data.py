@@ -15,8 +15,8 @@ import datasets
 import numpy as np
 from transformers import PreTrainedTokenizerBase
 
-from embedkit.data.beir import arrow_from_generator, doc_text, load_dataset
-from embedkit.data.jsonl import open_text, read_records, require_file
+from embedkit.data.beir import READER_VERSION, arrow_from_generator, doc_text, load_dataset
+from embedkit.data.jsonl import check_text, read_lines_of, read_records, require_file
 from embedkit.errors import EmbedkitError
 from embedkit.storage import sha256_file
 
@@ -29,14 +29,14 @@ def _jsonl_texts(path: str, stamp: str):
 
 def _plain_texts(path: str, stamp: str):
     del stamp
-    with open_text(Path(path)) as handle:
-        for line in handle:
-            if line.strip():
-                yield {"text": line.strip()}
+    for number, line in read_lines_of(Path(path)):
+        text = check_text(line.strip(), path, number, "text", required=True)
+        if text:
+            yield {"text": text}
 
 
 def _from_generator(generator: Any, path: Path) -> datasets.Dataset:
-    return arrow_from_generator(generator, {"path": str(path), "stamp": sha256_file(path)})
+    return arrow_from_generator(generator, {"path": str(path), "stamp": f"{sha256_file(path)}/reader-{READER_VERSION}"})
 
 
 def _with_text(dataset: datasets.Dataset, origin: str) -> datasets.Dataset:

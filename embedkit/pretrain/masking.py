@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-POLICIES = ("random", "whole_word", "span", "idf")
+from embedkit.pretrain.config import POLICIES
 
 
 @dataclass

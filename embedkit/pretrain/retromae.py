@@ -24,9 +24,8 @@ from torch import nn
 from transformers import PreTrainedModel
 from transformers.models.bert.modeling_bert import BertLayer
 
+from embedkit.pretrain.config import DECODERS
 from embedkit.pretrain.encoder import additive_mask, masked_lm_loss, mlm_head
-
-DECODERS = ("enhanced", "plain")
 
 
 class RetroMAE(nn.Module):

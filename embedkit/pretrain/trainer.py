@@ -21,6 +21,7 @@ from tqdm.auto import tqdm
 from transformers import Trainer, TrainerCallback, TrainingArguments
 from transformers.trainer_callback import ProgressCallback
 
+from embedkit.environment import library_versions
 from embedkit.errors import EmbedkitError
 from embedkit.pretrain.collator import PretrainCollator
 from embedkit.pretrain.config import PretrainConfig
@@ -30,9 +31,9 @@ from embedkit.pretrain.encoder import load_encoder
 from embedkit.pretrain.masking import Masker
 from embedkit.pretrain.mlm import MaskedLM
 from embedkit.pretrain.retromae import RetroMAE
-from embedkit.report.environment import library_versions
-from embedkit.storage import write_json, write_text
-from embedkit.train.arguments import latest_checkpoint, shared_training_arguments
+from embedkit.storage import read_json, write_json, write_text
+from embedkit.train.arguments import shared_training_arguments
+from embedkit.train.run_folder import ENCODER_KIND, TrainingRun, partial_folder, prepare_run, run_lock
 
 RECORD = "embedkit_pretraining.json"
 
@@ -164,16 +165,42 @@ def _card(record: dict[str, Any]) -> str:
 
 
 def pretrain(config: PretrainConfig, dataset: datasets.Dataset | None = None) -> Path:
-    """Pretrain and save to ``config.output``; ``dataset`` (a ``datasets.Dataset`` with ``text``) replaces a path."""
+    """Pretrain and save to ``config.output``; ``dataset`` (a ``datasets.Dataset`` with ``text``) replaces a path.
+
+    Checkpoints go to ``OUTPUT.partial``; the finished encoder takes ``OUTPUT``'s place in one step (see
+    ``embedkit.train.run_folder``).
+    """
     config.check(has_dataset_object=dataset is not None)
     output = Path(config.output)
+    args = TrainingArguments(
+        **shared_training_arguments(config, partial_folder(output) / "checkpoints"), remove_unused_columns=False
+    )
+    main = args.process_index == 0
+    with run_lock(output, main):
+        with args.main_process_first(local=False, desc="preparing the output folder"):
+            run = prepare_run(
+                output,
+                ENCODER_KIND,
+                RECORD,
+                asdict(config),
+                resume=config.resume,
+                overwrite=config.overwrite,
+                main=main,
+            )
+        if run is None:
+            return output
+        return _pretrain_run(config, run, args, dataset)
+
+
+def _pretrain_run(
+    config: PretrainConfig, run: TrainingRun, args: TrainingArguments, dataset: datasets.Dataset | None
+) -> Path:
     encoder, tokenizer, base = load_encoder(config.model, config.model_config)
     texts, origin = load_texts(
         dataset if dataset is not None else (config.dataset or config.data), config.corpus_limit, config.data_dir
     )
     examples = tokenize(texts, tokenizer, config.max_length)
     idf = corpus_idf(examples, len(tokenizer)) if config.masking == "idf" else None
-    args = TrainingArguments(**shared_training_arguments(config, output), remove_unused_columns=False)
     collator = PretrainCollator(
         tokenizer,
         config.objective,
@@ -192,15 +219,16 @@ def pretrain(config: PretrainConfig, dataset: datasets.Dataset | None = None) ->
         processing_class=tokenizer,
         progress=progress,
     )
-    resume = latest_checkpoint(output / "checkpoints") if config.resume else None
-    result = trainer.train(resume_from_checkpoint=resume)
+    result = trainer.train(resume_from_checkpoint=run.resume_from)
     if not trainer.is_world_process_zero():
-        return output
-    encoder.save_pretrained(output)
-    tokenizer.save_pretrained(output)
-    write_json(output / "embedkit.json", {"pooling": "cls"})
+        return run.output
+    staging = run.fresh_staging()
+    encoder.save_pretrained(staging)
+    tokenizer.save_pretrained(staging)
+    write_json(staging / "embedkit.json", {"pooling": "cls"})
     history = [row for row in trainer.state.log_history if "loss" in row]
     record: dict[str, Any] = {
+        "format": f"embedkit.{ENCODER_KIND}/1",
         "config": asdict(config),
         "base_model": base,
         "corpus": origin,
@@ -214,10 +242,16 @@ def pretrain(config: PretrainConfig, dataset: datasets.Dataset | None = None) ->
         "first_loss": history[0]["loss"] if history else None,
         "last_loss": history[-1]["loss"] if history else None,
         "loss_history": history,
-        "resumed_from": resume,
+        "resumed_from": run.resume_from and Path(run.resume_from).name,
+        "settings_changed_on_resume": run.changed_on_resume,
         "world_size": args.world_size,
         "library_versions": library_versions(),
     }
-    write_json(output / RECORD, record)
-    write_text(output / "README.md", _card(record))
-    return output
+    write_json(staging / RECORD, record)
+    write_text(staging / "README.md", _card(record))
+    return run.commit()
+
+
+def pretraining_record(folder: str | Path) -> dict[str, Any]:
+    """The JSON record ``pretrain`` writes beside the encoder."""
+    return read_json(Path(folder) / RECORD)

@@ -1,6 +1,18 @@
-"""Stage 7: reports (report.json, report.md) that record every setting that changes a score."""
+"""Stage 7: reports (report.json, report.md, report.html) that record every setting that changes a score."""
 
-from embedkit.report.environment import library_versions
-from embedkit.report.writer import write_report
+from typing import TYPE_CHECKING
 
-__all__ = ["library_versions", "write_report"]
+from embedkit._lazy import lazy_exports
+
+_EXPORTS = {
+    "write_comparison": "embedkit.report.writer",
+    "write_report": "embedkit.report.writer",
+}
+__all__ = [
+    "write_comparison",
+    "write_report",
+]
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+
+if TYPE_CHECKING:
+    from embedkit.report.writer import write_comparison, write_report

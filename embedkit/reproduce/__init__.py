@@ -1,5 +1,20 @@
 """Reproductions as data: published scores in YAML, a runner that checks them, a table for the terminal and report."""
 
-from embedkit.reproduce.runner import Condition, load_conditions, reproduce
+from typing import TYPE_CHECKING
 
-__all__ = ["Condition", "load_conditions", "reproduce"]
+from embedkit._lazy import lazy_exports
+
+_EXPORTS = {
+    "Condition": "embedkit.reproduce.runner",
+    "load_conditions": "embedkit.reproduce.runner",
+    "reproduce": "embedkit.reproduce.runner",
+}
+__all__ = [
+    "Condition",
+    "load_conditions",
+    "reproduce",
+]
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+
+if TYPE_CHECKING:
+    from embedkit.reproduce.runner import Condition, load_conditions, reproduce

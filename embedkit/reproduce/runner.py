@@ -139,10 +139,10 @@ def _load_model(spec: dict[str, Any]) -> tuple[Any, str | None]:
     name = options.pop("name", None)
     try:
         return load_model(name, **options), None
-    except EmbedkitError:
-        raise
-    except (OSError, ValueError) as err:  # not in the local cache and offline, or not a model
-        return None, f"model '{name}' cannot be loaded here: {str(err).splitlines()[0]}"
+    except EmbedkitError as err:
+        if err.field != "model":  # a Hub model that is not cached here is skipped; anything else is an error
+            raise
+        return None, f"model '{name}' cannot be loaded here (not a local folder and not in the Hub cache)"
 
 
 def run_condition(

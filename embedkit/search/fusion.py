@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from embedkit.data.trec import ranked
 from embedkit.errors import EmbedkitError
 from embedkit.protocols import Run
-from embedkit.search.trec import ranked
 
 METHODS = ("rrf", "interpolation")
 

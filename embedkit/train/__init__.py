@@ -1,9 +1,18 @@
 """Contrastive fine-tuning and unsupervised contrastive pretraining of bi-encoders."""
 
-from embedkit.train.config import TrainConfig
-from embedkit.train.mining import MiningSettings, mine_hard_negatives, write_mined
-from embedkit.train.trainer import train, training_data, training_record
+from typing import TYPE_CHECKING
 
+from embedkit._lazy import lazy_exports
+
+_EXPORTS = {
+    "MiningSettings": "embedkit.train.mining",
+    "TrainConfig": "embedkit.train.config",
+    "mine_hard_negatives": "embedkit.train.mining",
+    "train": "embedkit.train.trainer",
+    "training_data": "embedkit.train.trainer",
+    "training_record": "embedkit.train.trainer",
+    "write_mined": "embedkit.train.mining",
+}
 __all__ = [
     "MiningSettings",
     "TrainConfig",
@@ -13,3 +22,9 @@ __all__ = [
     "training_record",
     "write_mined",
 ]
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+
+if TYPE_CHECKING:
+    from embedkit.train.config import TrainConfig
+    from embedkit.train.mining import MiningSettings, mine_hard_negatives, write_mined
+    from embedkit.train.trainer import train, training_data, training_record

@@ -24,15 +24,10 @@ def ddp_backend() -> str | None:
     return "gloo" if launched and not torch.cuda.is_available() else None
 
 
-def latest_checkpoint(folder: Path) -> str | None:
-    checkpoints = sorted(folder.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[-1]))
-    return str(checkpoints[-1]) if checkpoints else None
-
-
-def shared_training_arguments(config: Any, output: Path) -> dict[str, Any]:
+def shared_training_arguments(config: Any, checkpoints: Path) -> dict[str, Any]:
     """Keyword arguments for ``TrainingArguments`` from the fields TrainConfig and PretrainConfig share."""
     return {
-        "output_dir": str(output / "checkpoints"),
+        "output_dir": str(checkpoints),
         "num_train_epochs": config.epochs,
         "max_steps": config.max_steps,
         "per_device_train_batch_size": config.batch_size,

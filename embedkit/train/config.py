@@ -12,6 +12,22 @@ from embedkit.settings_file import from_yaml
 OBJECTIVES = ("supervised", "simcse", "cropping")
 
 
+def check_common(config: Any) -> None:
+    """The checks ``TrainConfig`` and ``PretrainConfig`` share: steps, batch, learning rate, schedule."""
+    if config.batch_size < 1:
+        raise EmbedkitError(f"must be at least 1, not {config.batch_size}", field="batch_size")
+    if config.epochs <= 0:
+        raise EmbedkitError(f"must be > 0, not {config.epochs}", field="epochs")
+    if config.max_steps != -1 and config.max_steps < 1:
+        raise EmbedkitError(f"must be -1 (use epochs) or at least 1, not {config.max_steps}", field="max_steps")
+    if config.learning_rate <= 0:
+        raise EmbedkitError(f"must be > 0, not {config.learning_rate}", field="learning_rate")
+    if not 0 <= config.warmup_ratio < 1:
+        raise EmbedkitError(f"must be in [0, 1), not {config.warmup_ratio}", field="warmup_ratio")
+    if config.save_steps < 1 or config.logging_steps < 1:
+        raise EmbedkitError("save_steps and logging_steps must be at least 1", field="save_steps")
+
+
 @dataclass
 class TrainConfig:
     output: str
@@ -45,7 +61,8 @@ class TrainConfig:
     save_steps: int = 500
     save_total_limit: int = 2
     logging_steps: int = 10
-    resume: bool = True
+    resume: bool | None = None  # None: resume an unfinished run only if its settings are these; True: resume anyway
+    overwrite: bool = False  # replace an earlier model or unfinished run in OUTPUT
     data_dir: str | None = None
 
     def check(self) -> None:
@@ -57,6 +74,16 @@ class TrainConfig:
             raise EmbedkitError(f"{self.objective} needs a corpus: --dataset", field="dataset")
         if self.precision not in ("auto", "fp32", "bf16", "fp16"):
             raise EmbedkitError(f"unknown precision '{self.precision}'", field="precision")
+        if self.loss not in ("infonce", "distill"):
+            raise EmbedkitError(f"unknown loss '{self.loss}' (infonce | distill)", field="loss")
+        check_common(self)
+        for name in ("temperature",):
+            if getattr(self, name) <= 0:
+                raise EmbedkitError(f"must be > 0, not {getattr(self, name)}", field=name)
+        for name in ("num_negatives", "mini_batch_size", "max_length", "corpus_limit"):
+            value = getattr(self, name)
+            if value is not None and value < (0 if name == "num_negatives" else 1):
+                raise EmbedkitError(f"must be at least {0 if name == 'num_negatives' else 1}, not {value}", field=name)
 
     @classmethod
     def from_yaml(cls, path: str | Path, **overrides: Any) -> TrainConfig:

@@ -16,12 +16,13 @@ from typing import Any
 import numpy as np
 
 from embedkit.data.beir import BeirDataset, doc_text
-from embedkit.data.resolve import cache_home
-from embedkit.encode.shards import encode_to_folder
+from embedkit.encode.cache import cached_corpus_embeddings
 from embedkit.errors import EmbedkitError
 from embedkit.index.faiss_index import Index
 from embedkit.models.embedding_model import EmbeddingModel
-from embedkit.storage import sha256_json, write_json, write_lines
+from embedkit.storage import check_output_file, output_lock, read_json, sha256_file, write_json, write_lines
+
+MINED_FORMAT = "embedkit.mined/1"
 
 
 @dataclass
@@ -53,10 +54,7 @@ def mine_hard_negatives(
     """
     settings.check()
     qrels = dataset.qrels(settings.split)
-    described = dataset.describe()
-    cache = Path(cache_dir) if cache_dir else cache_home() / "embeddings"
-    folder = cache / f"{dataset.name}-{sha256_json([model.settings, described['corpus_sha256']])[:16]}"
-    embedded = encode_to_folder(model, dataset.corpus, folder)
+    embedded = cached_corpus_embeddings(model, dataset, cache_dir)
     vectors, ids = embedded.embeddings(), embedded.ids()
     row_of = {doc_id: i for i, doc_id in enumerate(ids)}
     index = Index.build(vectors, ids, factory=settings.factory)
@@ -102,17 +100,36 @@ def write_mined(
     model: EmbeddingModel,
     dataset: BeirDataset,
     settings: MiningSettings,
+    overwrite: bool = False,
 ) -> Path:
-    """The records as JSONL (a training file as it stands) and ``<path>.meta.json`` with every setting."""
+    """The records as JSONL (a training file as it stands) and ``<path>.meta.json`` with every setting.
+
+    An existing file is replaced only when it is an earlier mined file and ``overwrite`` says so.
+    """
     path = Path(path)
-    write_lines(path, (json.dumps(r, ensure_ascii=False) for r in records))
     short = sum(len(r["negatives"]) < settings.num_negatives for r in records)
     meta = {
+        "format": MINED_FORMAT,
         "model": model.settings,
         "dataset": dataset.describe(),
         "mining": asdict(settings),
         "examples": len(records),
         "examples_short_of_negatives": short,
     }
-    write_json(path.with_name(path.name + ".meta.json"), meta)
+    with output_lock(path):
+        check_output_file(path, overwrite, is_mined_file, "mined-negatives file")
+        write_lines(path, (json.dumps(r, ensure_ascii=False) for r in records))
+        write_json(meta_path(path), {**meta, "jsonl_sha256": sha256_file(path)})  # pairs the sidecar with its file
     return path
+
+
+def meta_path(path: Path) -> Path:
+    return path.with_name(path.name + ".meta.json")
+
+
+def is_mined_file(path: Path) -> bool:
+    """Whether ``path`` was written by ``write_mined`` (its sidecar says so)."""
+    try:
+        return read_json(meta_path(path)).get("format") == MINED_FORMAT
+    except (EmbedkitError, AttributeError):
+        return False

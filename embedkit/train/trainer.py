@@ -13,14 +13,17 @@ from sentence_transformers import SentenceTransformerTrainer, SentenceTransforme
 from sentence_transformers.base.sampler import BatchSamplers
 
 from embedkit.data.beir import load_dataset
+from embedkit.environment import library_versions
 from embedkit.models.loading import load_model
-from embedkit.report.environment import library_versions
-from embedkit.storage import write_json, write_text
-from embedkit.train.arguments import latest_checkpoint, shared_training_arguments
+from embedkit.storage import read_json, write_json, write_text
+from embedkit.train.arguments import shared_training_arguments
 from embedkit.train.config import TrainConfig
 from embedkit.train.data import beir_pairs, load_jsonl_examples
 from embedkit.train.losses import build_loss
+from embedkit.train.run_folder import MODEL_KIND, TrainingRun, partial_folder, prepare_run, run_lock
 from embedkit.train.unsupervised import cropping_pairs, simcse_pairs
+
+RECORD = "embedkit_training.json"
 
 
 def training_data(config: TrainConfig) -> datasets.Dataset:
@@ -61,16 +64,32 @@ def _card_section(record: dict[str, Any]) -> str:
 
 
 def train(config: TrainConfig) -> Path:
-    """Train and save to ``config.output``; returns the folder (loadable by ``SentenceTransformer`` and embedkit)."""
+    """Train and save to ``config.output``; returns the folder (loadable by ``SentenceTransformer`` and embedkit).
+
+    Checkpoints go to ``OUTPUT.partial``; the finished model takes ``OUTPUT``'s place in one step (see
+    ``embedkit.train.run_folder`` for when a rerun resumes, is refused, or finds the work done).
+    """
     config.check()
     output = Path(config.output)
-    model = load_model(config.model, pooling=config.pooling, max_length=config.max_length)
-    examples = training_data(config)
     args = SentenceTransformerTrainingArguments(
-        **shared_training_arguments(config, output),
+        **shared_training_arguments(config, partial_folder(output) / "checkpoints"),
         batch_sampler=BatchSamplers.NO_DUPLICATES if config.objective == "supervised" else BatchSamplers.BATCH_SAMPLER,
         disable_tqdm=False,
     )
+    main = args.process_index == 0
+    with run_lock(output, main):
+        with args.main_process_first(local=False, desc="preparing the output folder"):
+            run = prepare_run(
+                output, MODEL_KIND, RECORD, asdict(config), resume=config.resume, overwrite=config.overwrite, main=main
+            )
+        if run is None:
+            return output
+        return _train_run(config, run, args)
+
+
+def _train_run(config: TrainConfig, run: TrainingRun, args: SentenceTransformerTrainingArguments) -> Path:
+    model = load_model(config.model, pooling=config.pooling, max_length=config.max_length)
+    examples = training_data(config)
     loss = build_loss(
         model.st,
         config.loss,
@@ -82,12 +101,13 @@ def train(config: TrainConfig) -> Path:
         gather_across_devices=args.world_size > 1,
     )
     trainer = SentenceTransformerTrainer(model=model.st, args=args, train_dataset=examples, loss=loss)
-    resume = latest_checkpoint(output / "checkpoints") if config.resume else None
-    result = trainer.train(resume_from_checkpoint=resume)
+    result = trainer.train(resume_from_checkpoint=run.resume_from)
     if not trainer.is_world_process_zero():
-        return output
-    model.st.save(str(output))
+        return run.output
+    staging = run.fresh_staging()
+    model.st.save(str(staging))
     record: dict[str, Any] = {
+        "format": f"embedkit.{MODEL_KIND}/1",
         "config": asdict(config),
         "base_model": model.settings,
         "data": config.data or f"{config.dataset} ({config.objective}, split {config.train_split})",
@@ -98,25 +118,26 @@ def train(config: TrainConfig) -> Path:
         "train_seconds": result.metrics.get("train_runtime", 0.0),
         "train_loss": result.metrics.get("train_loss"),
         "loss_history": [row["loss"] for row in trainer.state.log_history if "loss" in row],
-        "resumed_from": resume,
+        "resumed_from": run.resume_from and Path(run.resume_from).name,
+        "settings_changed_on_resume": run.changed_on_resume,
         "world_size": args.world_size,
         "library_versions": library_versions(),
     }
     if config.eval_dataset:
         from embedkit.evaluation.pipeline import evaluate
 
-        report = evaluate(load_model(output), config.eval_dataset, split=config.eval_split, data_dir=config.data_dir)
+        report = evaluate(load_model(staging), config.eval_dataset, split=config.eval_split, data_dir=config.data_dir)
         record["evaluation"] = {
             "dataset": config.eval_dataset,
             "split": config.eval_split,
             "ndcg_at_10": report["metrics"]["ndcg_at_10"],
             "metrics": report["metrics"],
         }
-    write_json(output / "embedkit_training.json", record)
-    card = output / "README.md"
-    write_text(card, (card.read_text() if card.is_file() else f"# {output.name}\n") + _card_section(record))
-    return output
+    write_json(staging / RECORD, record)
+    card = staging / "README.md"
+    write_text(card, (card.read_text() if card.is_file() else f"# {run.output.name}\n") + _card_section(record))
+    return run.commit()
 
 
 def training_record(folder: str | Path) -> dict[str, Any]:
-    return json.loads((Path(folder) / "embedkit_training.json").read_text())
+    return read_json(Path(folder) / RECORD)

@@ -1,0 +1,66 @@
+"""TREC run files: ``qid Q0 docid rank score tag``, ranked as trec_eval ranks (score, then doc id, descending).
+
+Part of the data stage, the lowest: searching writes runs, evaluation and reports read them, all import it from here.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from embedkit.data.jsonl import check_id, read_lines_of
+from embedkit.errors import EmbedkitError
+from embedkit.protocols import Run
+from embedkit.storage import write_lines
+
+
+def ranked(hits: dict[str, float]) -> list[tuple[str, float]]:
+    return sorted(hits.items(), key=lambda item: (item[1], item[0]), reverse=True)
+
+
+def write_run(path: str | Path, run: Run, tag: str = "embedkit") -> None:
+    lines = (
+        f"{query_id} Q0 {doc_id} {rank} {score!r} {tag}"
+        for query_id, hits in run.items()
+        for rank, (doc_id, score) in enumerate(ranked(hits), start=1)
+    )
+    write_lines(path, lines)
+
+
+def read_run(path: str | Path) -> Run:
+    """A TREC run; every line must have 6 columns, an integer rank and a finite score, each (query, doc) once."""
+    run: Run = {}
+    for number, line in read_lines_of(Path(path)):
+        parts = line.split()
+        if not parts:
+            continue
+        if len(parts) != 6:
+            raise EmbedkitError(f"expected 6 columns, got {len(parts)}", path=path, line=number)
+        query_id = check_id(parts[0], path, number, "query id")
+        doc_id = check_id(parts[2], path, number, "doc id")
+        try:
+            int(parts[3])
+        except ValueError:
+            raise EmbedkitError(f"not an integer: {parts[3]!r}", path=path, line=number, field="rank") from None
+        try:
+            score = float(parts[4])
+        except ValueError:
+            raise EmbedkitError(f"not a number: {parts[4]!r}", path=path, line=number, field="score") from None
+        if not math.isfinite(score):
+            raise EmbedkitError(f"not a finite number: {parts[4]!r}", path=path, line=number, field="score")
+        hits = run.setdefault(query_id, {})
+        if doc_id in hits:
+            raise EmbedkitError(f"'{doc_id}' is listed twice for query '{query_id}'", path=path, line=number)
+        hits[doc_id] = score
+    if not run:
+        raise EmbedkitError("holds no results", path=path)
+    return run
+
+
+def looks_like_run(path: Path) -> bool:
+    """Whether an existing file is a TREC run (so ``--overwrite`` may replace it) rather than someone's other file."""
+    try:
+        read_run(path)
+    except (EmbedkitError, OSError):
+        return False
+    return True

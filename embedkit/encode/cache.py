@@ -1,0 +1,38 @@
+"""The embeddings cache: one key for a corpus encoded by a model, shared by every stage that needs those vectors.
+
+The key is the model's settings (everything that changes a vector), the corpus content hash (ids and texts as
+encoded, not the file's name or folder) and the versions of the libraries that change vectors. Evaluation, mining
+and the MTEB harness all encode through here, so the same model and corpus are encoded once between them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from embedkit.data.beir import BeirDataset
+from embedkit.data.resolve import cache_home
+from embedkit.encode.shards import EmbeddingsFolder, encode_to_folder
+from embedkit.environment import vector_library_versions
+from embedkit.models.embedding_model import EmbeddingModel
+from embedkit.storage import sha256_json
+
+
+def embeddings_key(model_settings: dict[str, Any], corpus_sha256: str) -> str:
+    """The cache key of a corpus encoded with a model (16 hex digits)."""
+    return sha256_json(
+        {"settings": model_settings, "corpus_sha256": corpus_sha256, "libraries": vector_library_versions()}
+    )[:16]
+
+
+def default_cache_root() -> Path:
+    return cache_home() / "embeddings"
+
+
+def cached_corpus_embeddings(
+    model: EmbeddingModel, dataset: BeirDataset, cache_root: str | Path | None = None
+) -> EmbeddingsFolder:
+    """The corpus of ``dataset`` encoded by ``model``: from the cache, or encoded into it (resuming a killed run)."""
+    root = Path(cache_root) if cache_root else default_cache_root()
+    key = embeddings_key(model.settings, dataset.corpus_sha256)
+    return encode_to_folder(model, dataset.corpus, root / f"corpus-{key}", corpus_sha256=dataset.corpus_sha256)

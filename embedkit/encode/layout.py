@@ -1,0 +1,52 @@
+"""The layout of an embeddings folder, readable without torch: file names, worker blocks, what may be written.
+
+A folder holds ``shard-NNNNN.npy`` (float32 vectors) and ``shard-NNNNN.docid`` (one id a line) per global shard,
+and ``manifest.json`` (or, while workers share the encode, one ``manifest.part-i-of-n.json`` per worker).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from embedkit.errors import EmbedkitError
+from embedkit.storage import check_parent, is_litter
+
+MANIFEST = "manifest.json"
+FORMAT = "embedkit.embeddings/1"
+PART_PATTERN = re.compile(r"manifest\.part-(\d+)-of-(\d+)\.json")
+
+
+def part_name(shard_id: int, num_shards: int) -> str:
+    """File name of worker ``shard_id``'s part manifest; zero-padded so a listing sorts in worker order."""
+    return f"manifest.part-{shard_id:05d}-of-{num_shards:05d}.json"
+
+
+def shard_block(total_shards: int, shard_id: int, num_shards: int) -> range:
+    """The global shards worker ``shard_id`` of ``num_shards`` encodes: contiguous, block sizes differ by at most 1."""
+    return range(shard_id * total_shards // num_shards, (shard_id + 1) * total_shards // num_shards)
+
+
+def check_worker(shard_id: int, num_shards: int) -> None:
+    """Refuse a worker slice that does not exist (checked before any model or corpus is loaded)."""
+    if num_shards < 1:
+        raise EmbedkitError(f"--num-shards must be at least 1, not {num_shards}")
+    if not 0 <= shard_id < num_shards:
+        raise EmbedkitError(f"--shard-id must be in 0..{num_shards - 1} for --num-shards {num_shards}, not {shard_id}")
+
+
+def check_embeddings_folder(folder: Path, flag: str = "--output") -> None:
+    """An embeddings folder is written into place shard by shard, so it must be new, empty or one already."""
+    if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+        raise EmbedkitError(
+            "exists and is not a folder; give a path for the embeddings folder", path=folder, field=flag
+        )
+    if not folder.exists():
+        check_parent(folder, flag)
+        return
+    names = [entry.name for entry in folder.iterdir() if not is_litter(entry.name)]
+    ours = MANIFEST in names or any(PART_PATTERN.fullmatch(name) for name in names)
+    if names and not ours:
+        raise EmbedkitError(
+            "holds files that are not embedkit embeddings; choose a new or empty folder", path=folder, field=flag
+        )

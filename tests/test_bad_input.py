@@ -1,0 +1,600 @@
+"""Bad input through the real CLI: exit 2, one line on stderr naming the file, line and field (or the flag), no
+traceback, nothing changed on disk and no temporary file left.
+
+Every case runs ``python -m embedkit.cli`` as a subprocess in a fresh folder built for it; the folder and the shared
+read-only assets (a small SciFact cut, its embeddings, its index, two reports) are fingerprinted before and after.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from embedkit.storage import is_litter
+
+DOCS = [
+    {"_id": "d1", "title": "Alpha", "text": "alpha beta gamma"},
+    {"_id": "d2", "title": "Delta", "text": "delta epsilon"},
+    {"_id": "d3", "title": "", "text": "zeta eta theta alpha"},
+]
+QUERIES = [{"_id": "q1", "text": "alpha"}, {"_id": "q2", "text": "delta"}]
+QRELS = "query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td2\t1\n"
+
+
+def _env(cache: Path) -> dict[str, str]:
+    return {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "EMBEDKIT_CACHE": str(cache / "embedkit"),
+        "HF_DATASETS_CACHE": str(cache / "datasets"),
+    }
+
+
+def run_cli(args: list[str], cwd: Path, cache: Path, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "embedkit.cli", *args],
+        cwd=cwd,
+        env=_env(cache),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        **kwargs,
+    )
+
+
+def fingerprint(*roots: Path) -> dict[str, tuple]:
+    """Every path under ``roots`` with its type, mode and content hash."""
+    found = {}
+    for root in roots:
+        for path in [root, *sorted(root.rglob("*"))]:
+            info = path.lstat()
+            digest = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+            found[str(path)] = (info.st_mode, digest)
+    return found
+
+
+def litter(root: Path) -> list[str]:
+    return [str(p) for p in root.rglob("*") if is_litter(p.name) or p.name.endswith(".tmp")]
+
+
+def dataset(
+    work: Path,
+    corpus: bytes | list[str] | None = None,
+    queries: bytes | list[str] | None = None,
+    qrels: str | bytes | None = None,
+    corpus_name: str = "corpus.jsonl",
+) -> Path:
+    """A small BEIR folder ``work/ds``; each part is the valid default unless given (as lines or raw bytes)."""
+    folder = work / "ds"
+    (folder / "qrels").mkdir(parents=True)
+
+    def raw(value: bytes | list[str] | None, rows: list[dict]) -> bytes:
+        if isinstance(value, bytes):
+            return value
+        lines = value if value is not None else [json.dumps(row) for row in rows]
+        return ("\n".join(lines) + "\n").encode("utf-8", "surrogatepass")
+
+    (folder / corpus_name).write_bytes(raw(corpus, DOCS))
+    (folder / "queries.jsonl").write_bytes(raw(queries, QUERIES))
+    text = QRELS if qrels is None else qrels
+    (folder / "qrels" / "test.tsv").write_bytes(text if isinstance(text, bytes) else text.encode())
+    return folder
+
+
+def unwritable_folder(work: Path) -> Path | None:
+    """A folder this process may not write in: a mode 555 one, or (as root, who ignores modes) a read-only one."""
+    if os.geteuid() != 0:
+        folder = work / "read-only"
+        folder.mkdir()
+        folder.chmod(0o555)
+        return folder
+    for candidate in (Path("/proc/sys"), Path("/sys")):
+        if candidate.is_dir() and not os.access(candidate, os.W_OK):
+            return candidate
+    return None
+
+
+def thesis(work: Path) -> Path:
+    (work / "thesis").mkdir()
+    (work / "thesis" / "ch1.tex").write_text("\\chapter{One}")
+    return work / "thesis"
+
+
+def copy(source: Path, work: Path) -> Path:
+    target = work / source.name
+    shutil.copytree(source, target)
+    return target
+
+
+def corrupt(path: Path, truncate: bool) -> None:
+    data = bytearray(path.read_bytes())
+    if truncate:
+        path.write_bytes(bytes(data[: len(data) // 2]))
+    else:  # one float of the first vector, same size: only the checksum can tell
+        data[-384 * 4 * 3] ^= 0x40
+        path.write_bytes(bytes(data))
+
+
+def _without_checksums(index: Path) -> None:
+    meta = json.loads((index / "meta.json").read_text())
+    meta.pop("files", None)
+    (index / "meta.json").write_text(json.dumps(meta))
+
+
+def _truncated_index(work: Path, a: dict, checksums: bool) -> list[str]:
+    index = copy(a["idx"], work)
+    if not checksums:
+        _without_checksums(index)
+    corrupt(index / "index", truncate=True)
+    return ["search", "-i", "idx", "-d", str(a["data"]), "-o", "run.trec"]
+
+
+def _bad_docid(work: Path, a: dict) -> list[str]:
+    index = copy(a["idx"], work)
+    _without_checksums(index)
+    with open(index / "docid", "a") as handle:
+        handle.write("extra-id\n")
+    return ["search", "-i", "idx", "-d", str(a["data"]), "-o", "run.trec"]
+
+
+def _broken_meta(work: Path, a: dict) -> list[str]:
+    index = copy(a["idx"], work)
+    (index / "meta.json").write_text('{"format": "embedkit.index/1",')
+    return ["search", "-i", "idx", "-d", str(a["data"]), "-o", "run.trec"]
+
+
+def _shard(work: Path, a: dict, truncate: bool) -> list[str]:
+    emb = copy(a["emb"], work)
+    corrupt(emb / "shard-00000.npy", truncate)
+    return ["index", "-e", "emb", "-o", "idx"]
+
+
+def _broken_model(work: Path, a: dict) -> list[str]:
+    folder = work / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"model_type": "bert", "hidden_size": ')
+    return ["evaluate", "-d", str(a["data"]), "-o", "out", "--model", "model"]
+
+
+def _bm25(ds: Path, *extra: str) -> list[str]:
+    return ["evaluate", "-d", str(ds), "-o", "out", "--retriever", "bm25", *extra]
+
+
+def _gzip(work: Path, name: str, lines: list[str], truncate: bool = False) -> Path:
+    data = gzip.compress(("\n".join(lines) + "\n").encode())
+    return dataset(work, corpus=data[: len(data) // 2] if truncate else data, corpus_name=name)
+
+
+def _doc(**fields) -> str:
+    return json.dumps({"_id": "d9", "title": "", "text": "x", **fields})
+
+
+Setup = Callable[[Path, dict], list[str] | None]
+CASES: list[tuple[str, Setup, str]] = [
+    # outputs that would lose or mix data
+    (
+        "index-into-user-folder",
+        lambda w, a: (thesis(w), ["index", "-e", str(a["emb"]), "-o", "thesis"])[1],
+        r"thesis: option '--output': holds files embedkit did not write",
+    ),
+    (
+        "index-into-embeddings",
+        lambda w, a: (copy(a["emb"], w), ["index", "-e", "emb", "-o", "emb"])[1],
+        r"emb: option '--output': holds embedkit embeddings, not an index",
+    ),
+    (
+        "index-into-cwd",
+        lambda w, a: ((w / "notes.txt").write_text("x"), ["index", "-e", str(a["emb"]), "-o", "."])[1],
+        r"\.: option '--output': holds files embedkit did not write",
+    ),
+    (
+        "index-over-index",
+        lambda w, a: (copy(a["idx"], w), ["index", "-e", str(a["emb"]), "-o", "idx"])[1],
+        r"idx: option '--output': .*pass --overwrite",
+    ),
+    (
+        "index-onto-file",
+        lambda w, a: ((w / "out").write_text("x"), ["index", "-e", str(a["emb"]), "-o", "out"])[1],
+        r"out: option '--output': exists and is a file",
+    ),
+    (
+        "index-unwritable",
+        lambda w, a: ["index", "-e", str(a["emb"]), "-o", str(a["ro"] / "idx")],
+        r"option '--output': no permission",
+    ),
+    (
+        "encode-into-user-folder",
+        lambda w, a: (thesis(w), ["encode", "-d", str(a["data"]), "-o", "thesis"])[1],
+        r"thesis: option '--output': holds files that are not embedkit embeddings",
+    ),
+    (
+        "encode-onto-file",
+        lambda w, a: ((w / "out").write_text("x"), ["encode", "-d", str(a["data"]), "-o", "out"])[1],
+        r"out: option '--output': exists and is not a folder",
+    ),
+    (
+        "encode-unwritable",
+        lambda w, a: ["encode", "-d", str(a["data"]), "-o", str(a["ro"] / "emb")],
+        r"option '--output': no permission",
+    ),
+    (
+        "evaluate-onto-file",
+        lambda w, a: ((w / "out").write_text("x"), _bm25(a["data"]))[1],
+        r"out: option '--output': is a file",
+    ),
+    (
+        "evaluate-unwritable",
+        lambda w, a: ["evaluate", "-d", str(a["data"]), "-o", str(a["ro"] / "runs")],
+        r"option '--output': no permission",
+    ),
+    (
+        "search-over-user-file",
+        lambda w, a: (
+            (w / "notes.txt").write_text("x"),
+            ["search", "-i", str(a["idx"]), "-d", str(a["data"]), "-o", "notes.txt", "--overwrite"],
+        )[1],
+        r"notes\.txt: option '--output': exists and is not an embedkit TREC run",
+    ),
+    (
+        "search-over-run",
+        lambda w, a: (
+            (w / "run.trec").write_text("q1 Q0 d1 1 1.0 x\n"),
+            ["search", "-i", str(a["idx"]), "-d", str(a["data"]), "-o", "run.trec"],
+        )[1],
+        r"run\.trec: option '--output': holds an earlier TREC run; pass --overwrite",
+    ),
+    (
+        "search-unwritable",
+        lambda w, a: ["search", "-i", str(a["idx"]), "-d", str(a["data"]), "-o", str(a["ro"] / "run.trec")],
+        r"option '--output': no permission",
+    ),
+    (
+        "compare-into-user-folder",
+        lambda w, a: (thesis(w), ["compare", *map(str, a["reports"]), "-o", "thesis"])[1],
+        r"thesis: option '--output': holds files embedkit did not write",
+    ),
+    (
+        "mine-over-user-file",
+        lambda w, a: ((w / "notes.txt").write_text("x"), ["mine", "-d", str(a["data"]), "-o", "notes.txt"])[1],
+        r"notes\.txt: option '--output': exists and is not an embedkit mined-negatives file",
+    ),
+    (
+        "train-into-user-folder",
+        lambda w, a: (thesis(w), ["train", "-d", str(a["data"]), "-o", "thesis", "--max-steps", "1"])[1],
+        r"thesis: option '--output': holds files embedkit did not write",
+    ),
+    (
+        "pretrain-into-user-folder",
+        lambda w, a: (thesis(w), ["pretrain", "-d", str(a["data"]), "-o", "thesis", "--max-steps", "1"])[1],
+        r"thesis: option '--output': holds files embedkit did not write",
+    ),
+    # data files
+    (
+        "corpus-not-utf8",
+        lambda w, a: _bm25(dataset(w, corpus=json.dumps(DOCS[0]).encode() + b'\n{"_id": "d2", "text": "caf\xe9"}\n')),
+        r"ds/corpus\.jsonl:2: not UTF-8",
+    ),
+    (
+        "corpus-gzip-named-jsonl",
+        lambda w, a: _bm25(_gzip(w, "corpus.jsonl", [json.dumps(d) for d in DOCS])),
+        r"ds/corpus\.jsonl: gzip-compressed data in a file not named \.gz",
+    ),
+    (
+        "corpus-gz-not-gzip",
+        lambda w, a: _bm25(dataset(w, corpus_name="corpus.jsonl.gz")),
+        r"ds/corpus\.jsonl\.gz: named \.gz but not gzip",
+    ),
+    (
+        "corpus-gzip-truncated",
+        lambda w, a: _bm25(_gzip(w, "corpus.jsonl.gz", [json.dumps(d) for d in DOCS] * 50, truncate=True)),
+        r"ds/corpus\.jsonl\.gz:\d+: truncated or corrupt gzip",
+    ),
+    (
+        "corpus-malformed-json",
+        lambda w, a: _bm25(dataset(w, corpus=[json.dumps(DOCS[0]), '{"_id": "d2", "text": '])),
+        r"ds/corpus\.jsonl:2: malformed JSON",
+    ),
+    (
+        "corpus-not-an-object",
+        lambda w, a: _bm25(dataset(w, corpus=[json.dumps(DOCS[0]), '["d2", "text"]'])),
+        r"ds/corpus\.jsonl:2: expected a JSON object",
+    ),
+    (
+        "corpus-missing-id",
+        lambda w, a: _bm25(dataset(w, corpus=[json.dumps(DOCS[0]), '{"text": "x"}'])),
+        r"ds/corpus\.jsonl:2: field '_id': missing",
+    ),
+    (
+        "corpus-id-with-space",
+        lambda w, a: _bm25(dataset(w, corpus=[json.dumps(DOCS[0]), _doc(_id="d 2")])),
+        r"ds/corpus\.jsonl:2: field '_id': contains SPACE",
+    ),
+    (
+        "corpus-id-with-newline",
+        lambda w, a: _bm25(dataset(w, corpus=[json.dumps(DOCS[0]), _doc(_id="d\n2")])),
+        r"ds/corpus\.jsonl:2: field '_id': contains",
+    ),
+    (
+        "corpus-empty-id",
+        lambda w, a: _bm25(dataset(w, corpus=[json.dumps(DOCS[0]), _doc(_id="")])),
+        r"ds/corpus\.jsonl:2: field '_id': must not be empty",
+    ),
+    (
+        "corpus-duplicate-id",
+        lambda w, a: _bm25(dataset(w, corpus=[json.dumps(DOCS[0]), json.dumps(DOCS[0])])),
+        r"ds/corpus\.jsonl:2: field '_id': duplicate document id 'd1' \(first seen on line 1\)",
+    ),
+    ("corpus-empty", lambda w, a: _bm25(dataset(w, corpus=b"\n\n")), r"ds/corpus\.jsonl: the corpus is empty"),
+    (
+        "corpus-text-not-string",
+        lambda w, a: _bm25(dataset(w, corpus=[json.dumps(DOCS[0]), _doc(text=5)])),
+        r"ds/corpus\.jsonl:2: field 'text': must be a string",
+    ),
+    (
+        "corpus-lone-surrogate",
+        lambda w, a: _bm25(dataset(w, corpus=[json.dumps(DOCS[0]), _doc(text="a\ud800b")])),
+        r"ds/corpus\.jsonl:2: field 'text': holds a lone surrogate",
+    ),
+    (
+        "query-text-null",
+        lambda w, a: _bm25(dataset(w, queries=['{"_id": "q1", "text": null}'])),
+        r"ds/queries\.jsonl:1: field 'text': must be a string",
+    ),
+    (
+        "query-duplicate-id",
+        lambda w, a: _bm25(dataset(w, queries=[json.dumps(QUERIES[0])] * 2)),
+        r"ds/queries\.jsonl:2: field '_id': duplicate query id",
+    ),
+    (
+        "queries-file-empty",
+        lambda w, a: (
+            (w / "q.jsonl").write_text("\n"),
+            ["search", "-i", str(a["idx"]), "--queries", "q.jsonl", "-o", "r.trec"],
+        )[1],
+        r"q\.jsonl: holds no queries",
+    ),
+    (
+        "qrels-grade-not-integer",
+        lambda w, a: _bm25(dataset(w, qrels=QRELS + "q2\td3\thigh\n")),
+        r"ds/qrels/test\.tsv:4: field 'score': not an integer: 'high'",
+    ),
+    (
+        "qrels-wrong-columns",
+        lambda w, a: _bm25(dataset(w, qrels=QRELS + "q2\td3\n")),
+        r"ds/qrels/test\.tsv:4: expected 3 tab-separated columns",
+    ),
+    (
+        "qrels-unknown-query",
+        lambda w, a: _bm25(dataset(w, qrels=QRELS + "q7\td3\t1\n")),
+        r"ds/qrels/test\.tsv:4: field 'query-id': query 'q7' is judged but absent",
+    ),
+    (
+        "qrels-conflicting-grades",
+        lambda w, a: _bm25(dataset(w, qrels=QRELS + "q1\td1\t2\n")),
+        r"ds/qrels/test\.tsv:4: field 'score': 'q1' / 'd1' judged 1 on line 2 and 2 here",
+    ),
+    (
+        "qrels-header-only",
+        lambda w, a: _bm25(dataset(w, qrels="query-id\tcorpus-id\tscore\n")),
+        r"ds/qrels/test\.tsv: the qrels file holds no judgements",
+    ),
+    (
+        "qrels-missing-split",
+        lambda w, a: _bm25(dataset(w), "--split", "dev"),
+        r"ds/qrels/dev\.tsv: no qrels for split 'dev' \(available: test\)",
+    ),
+    # flags
+    ("k-zero", lambda w, a: _bm25(dataset(w), "-k", "0"), r"option '-k': must be at least 1, not 0"),
+    (
+        "k-negative",
+        lambda w, a: ["search", "-i", str(a["idx"]), "-d", str(a["data"]), "-o", "r.trec", "-k", "-5"],
+        r"option '-k': must be at least 1, not -5",
+    ),
+    ("k-not-a-number", lambda w, a: _bm25(dataset(w), "-k", "ten"), r"Invalid value for '-k'"),
+    ("unknown-option", lambda w, a: _bm25(dataset(w), "--fast"), r"No such option: --fast"),
+    (
+        "split-with-queries-file",
+        lambda w, a: [
+            "search",
+            "-i",
+            str(a["idx"]),
+            "--queries",
+            str(a["data"] / "queries.jsonl"),
+            "--split",
+            "test",
+            "-o",
+            "r.trec",
+        ],
+        r"option '--split': --split does nothing with --queries",
+    ),
+    (
+        "fusion-weights-with-bm25",
+        lambda w, a: _bm25(dataset(w), "--fusion-weights", "0.5,0.5"),
+        r"option '--fusion-weights': --fusion-weights does nothing with --retriever bm25",
+    ),
+    (
+        "model-with-bm25",
+        lambda w, a: _bm25(dataset(w), "--model", "x"),
+        r"option '--model': --model does nothing with --retriever bm25",
+    ),
+    (
+        "unknown-factory",
+        lambda w, a: ["index", "-e", str(a["emb"]), "-o", "idx", "--factory", "IVFx,Flat"],
+        r"field 'factory': FAISS cannot build factory string 'IVFx,Flat'",
+    ),
+    (
+        "train-config-wrong-type",
+        lambda w, a: ((w / "c.yaml").write_text("output: out\nbatch_size: many\n"), ["train", "-c", "c.yaml"])[1],
+        r"c\.yaml: field 'batch_size': expected int, got 'many'",
+    ),
+    (
+        "merge-without-parts",
+        lambda w, a: ((w / "emb").mkdir(), ["encode", "--merge", "-o", "emb"])[1],
+        r"emb: no part manifests",
+    ),
+    (
+        "compare-not-a-report",
+        lambda w, a: (thesis(w), ["compare", str(a["reports"][0]), "thesis"])[1],
+        r"thesis/report\.json: not found",
+    ),
+    # models
+    (
+        "device-without-cuda",
+        lambda w, a: ["evaluate", "-d", str(a["data"]), "-o", "out", "--device", "cuda"],
+        r"field 'device': 'cuda' was asked for, but torch sees no CUDA device",
+    ),
+    ("model-config-broken", _broken_model, r"model: cannot load this model"),
+    (
+        "model-hub-name-offline",
+        lambda w, a: ["evaluate", "-d", str(a["data"]), "-o", "out", "--model", "nobody-here/no-such-model"],
+        r"field 'model': model 'nobody-here/no-such-model' is neither a local folder nor in the Hub cache",
+    ),
+    (
+        "model-path-missing",
+        lambda w, a: ((w / "models").mkdir(), ["evaluate", "-d", str(a["data"]), "-o", "out", "--model", "models/ft"])[
+            1
+        ],
+        r"models/ft: no such model folder",
+    ),
+    # embeddings and indexes on disk
+    (
+        "shard-truncated",
+        lambda w, a: _shard(w, a, truncate=True),
+        r"emb/shard-00000\.npy: changed since it was encoded",
+    ),
+    (
+        "shard-float-flipped",
+        lambda w, a: _shard(w, a, truncate=False),
+        r"emb/shard-00000\.npy: changed since it was encoded",
+    ),
+    (
+        "index-file-truncated",
+        lambda w, a: _truncated_index(w, a, checksums=True),
+        r"idx/index: changed since it was written",
+    ),
+    (
+        "index-file-truncated-no-checksum",
+        lambda w, a: _truncated_index(w, a, checksums=False),
+        r"idx/index: not a readable FAISS index",
+    ),
+    ("index-docid-mismatch", _bad_docid, r"idx: 'index' holds 300 vectors but 'docid' lists 301 ids"),
+    ("index-meta-malformed", _broken_meta, r"idx/meta\.json:1: malformed JSON"),
+    ("embeddings-missing", lambda w, a: ["index", "-e", "nowhere", "-o", "idx"], r"nowhere: not an embeddings folder"),
+]
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory, scifact_subset, default_model):
+    """Read-only inputs shared by the cases: a SciFact cut, its embeddings and index, two BM25 reports."""
+    from embedkit import Index, evaluate, load_dataset
+    from embedkit.encode.shards import encode_to_folder
+
+    root = tmp_path_factory.mktemp("bad-input-assets")
+    data = copy(scifact_subset, root)
+    emb = encode_to_folder(default_model, load_dataset(data).corpus, root / "emb")
+    Index.build(emb.embeddings(), emb.ids(), model_settings=emb.settings).save(root / "idx")
+    reports = [
+        Path(evaluate(None, data, output=root / "reports", retriever="bm25", k1=k1)["folder"]) for k1 in (0.9, 1.2)
+    ]
+    cache = tmp_path_factory.mktemp("bad-input-cache")
+    work = tmp_path_factory.mktemp("bad-input-ro")
+    return {
+        "data": data,
+        "emb": root / "emb",
+        "idx": root / "idx",
+        "reports": reports,
+        "root": root,
+        "cache": cache,
+        "ro": unwritable_folder(work),
+    }
+
+
+@pytest.mark.parametrize("name, setup, expected", CASES, ids=[case[0] for case in CASES])
+def test_bad_input_is_one_line_and_exit_2(name, setup, expected, assets, tmp_path):
+    if assets["ro"] is None and "unwritable" in name:
+        pytest.skip("no folder here is unwritable to this user")
+    work = tmp_path / "work"
+    work.mkdir()
+    args = setup(work, assets)
+    before = fingerprint(work, assets["root"])
+    result = run_cli(args, work, assets["cache"])
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("embedkit: error: ") and re.search(expected, lines[0]), lines[0]
+    assert fingerprint(work, assets["root"]) == before  # nothing written, moved or deleted
+    assert litter(work) == [] and litter(assets["root"]) == []
+
+
+def test_at_least_forty_cases():
+    assert len(CASES) >= 40
+
+
+def test_a_byte_order_mark_and_crlf_are_accepted(assets, tmp_path):
+    """A Windows export (UTF-8 BOM, CRLF line ends) reads exactly like the plain file."""
+    plain = dataset(tmp_path / "plain")
+    windows = tmp_path / "windows" / "ds"
+    (windows / "qrels").mkdir(parents=True)
+    for name in ("corpus.jsonl", "queries.jsonl", "qrels/test.tsv"):
+        text = (plain / name).read_text()
+        (windows / name).write_bytes(b"\xef\xbb\xbf" + text.replace("\n", "\r\n").encode())
+    scores = []
+    for folder in (plain, windows):
+        result = run_cli(
+            ["evaluate", "-d", str(folder), "-o", "out", "--retriever", "bm25"], folder.parent, assets["cache"]
+        )
+        assert result.returncode == 0, result.stderr
+        scores.append(re.search(r"nDCG@10 = (\S+);", result.stdout).group(1))
+    assert scores[0] == scores[1]
+
+
+def test_ctrl_c_during_encode_says_what_was_kept_and_a_rerun_resumes(assets, tmp_path):
+    output = tmp_path / "emb"
+    command = [
+        sys.executable,
+        "-m",
+        "embedkit.cli",
+        "encode",
+        "-d",
+        str(assets["data"]),
+        "-o",
+        str(output),
+        "--shard-size",
+        "20",
+    ]
+    process = subprocess.Popen(
+        command, env=_env(assets["cache"]), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        manifest = output / "manifest.json"
+        if manifest.is_file() and json.loads(manifest.read_text())["shards"]:
+            break
+        time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert process.returncode == 130, stderr
+    assert "Traceback" not in stderr and len(lines) == 1, stderr
+    kept = int(re.search(r"interrupted; (\d+) complete shards? kept in .*emb: rerun the same command", lines[0])[1])
+    assert 1 <= kept < 15
+    assert litter(output) == []
+    again = run_cli(command[3:], tmp_path, assets["cache"])
+    assert again.returncode == 0, again.stderr
+    assert f"({15 - kept} shards encoded now)" in again.stdout
