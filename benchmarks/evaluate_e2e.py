@@ -35,11 +35,9 @@ temporary ``datasets`` cache. ``--mteb-data embedkit`` feeds MTEB from embedkit'
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import platform
-import shutil
 import statistics
 import tempfile
 import time
@@ -59,23 +57,6 @@ from embedkit.storage import write_json
 BEIR_LABEL = "BEIR EvaluateRetrieval + DenseRetrievalExactSearch"
 MTEB_LABEL = "mteb.evaluate"
 SPLIT = "test"
-# The local folder MTEB's loader reads: the configs of the Hub repo mteb/scifact, over BEIR's files.
-HUB_README = """---
-configs:
-- config_name: default
-  data_files:
-  - split: {split}
-    path: qrels/{split}.jsonl
-- config_name: corpus
-  data_files:
-  - split: corpus
-    path: {corpus}
-- config_name: queries
-  data_files:
-  - split: queries
-    path: {queries}
----
-"""
 Runner = Callable[[Any, Any], tuple[float, float]]
 
 
@@ -118,45 +99,14 @@ def run_mteb(task) -> tuple[float, float]:
     return time.perf_counter() - begun, float(scores["ndcg_at_10"])
 
 
-def hub_layout(data, folder: Path) -> Path:
-    """A folder laid out like the Hub repo ``mteb/scifact`` over the BEIR files, for ``datasets.load_dataset``."""
-    (folder / "qrels").mkdir(parents=True)
-    corpus, queries = Path(data.corpus_file), Path(data.queries_file)
-    for source in (corpus, queries):
-        try:
-            (folder / source.name).symlink_to(source.resolve())
-        except OSError:  # no symlinks here: a copy holds the same bytes
-            shutil.copyfile(source, folder / source.name)
-    with (Path(data.path) / "qrels" / f"{SPLIT}.tsv").open(newline="") as tsv:
-        rows = [
-            json.dumps({"query-id": row["query-id"], "corpus-id": row["corpus-id"], "score": int(row["score"])})
-            for row in csv.DictReader(tsv, delimiter="\t")
-        ]
-    (folder / "qrels" / f"{SPLIT}.jsonl").write_text("".join(f"{row}\n" for row in rows))
-    (folder / "README.md").write_text(HUB_README.format(split=SPLIT, corpus=corpus.name, queries=queries.name))
-    return folder
-
-
 def mteb_task(data, source: str, scratch: Path) -> Any:
     """A new MTEB SciFact task with its data loaded: by MTEB's own loader from ``scratch`` or from embedkit's."""
-    import datasets
-    import mteb
+
+    from embedkit.integrations.mteb import beir_task, task_loaded_by_mteb
 
     if source == "embedkit":
-        from embedkit.integrations.mteb import beir_task
-
         return beir_task(data, SPLIT)
-    task = mteb.get_task("SciFact", eval_splits=[SPLIT])
-    folder = hub_layout(data, scratch / "scifact")
-    task.metadata = task.metadata.model_copy(update={"dataset": {**task.metadata.dataset, "path": str(folder)}})
-    # a fresh Arrow cache, so no round reads a conversion an earlier one wrote; restored after
-    default_cache = datasets.config.HF_DATASETS_CACHE
-    datasets.config.HF_DATASETS_CACHE = scratch / "datasets-cache"
-    try:
-        task.load_data()
-    finally:
-        datasets.config.HF_DATASETS_CACHE = default_cache
-    return task
+    return task_loaded_by_mteb(data, SPLIT, "SciFact", scratch)
 
 
 def fresh_data():
@@ -189,8 +139,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     backends = [name.strip() for name in args.backends.split(",") if name.strip()]
     contenders: dict[str, Runner] = {
-        f"embedkit ({backend})": lambda data, task, backend=backend: run_embedkit(data, backend)
-        for backend in backends
+        f"embedkit ({backend})": lambda data, task, backend=backend: run_embedkit(data, backend) for backend in backends
     }
     if "beir" in peers:
         contenders[BEIR_LABEL] = lambda data, task: run_beir(data)

@@ -141,3 +141,55 @@ def test_index_missing_docid(pipeline, tmp_path):
     (broken / "docid").unlink()
     result = embedkit("search", "--index", broken, "--queries", broken / "x.jsonl", "--output", tmp_path / "r")
     _one_line_error(result, "has no 'docid' file")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["evaluate", "-d", "scifact", "-o", "out", "-k", "0"],
+        ["search", "-i", "idx", "-d", "scifact", "-o", "r.trec", "--split", "test", "--queries", "q.jsonl"],
+        ["index", "-e", "emb", "-o", ".", "--metric", "cosine"],
+        ["train", "-o", "m", "--batch-size", "0"],
+    ],
+)
+def test_bad_arguments_are_refused_before_torch_is_imported(args, tmp_path):
+    """A bad flag costs a fraction of a second: the verb checks it before loading torch, FAISS or the model."""
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "embedkit.cli", *args], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert result.returncode == 2
+    imported = {line.split("|")[-1].strip() for line in result.stderr.splitlines() if line.startswith("import time:")}
+    assert not {"torch", "faiss", "sentence_transformers", "transformers", "datasets"} & imported
+    assert result.stderr.splitlines()[-1].startswith("embedkit: error: ")
+
+
+def test_search_and_tune_use_the_pooling_the_index_was_built_with(tiny_bert, scifact_subset, tmp_path):
+    """A plain transformers folder pools with CLS unless told; encoded with mean pooling, its index must be searched
+    and tuned with mean pooling too, as meta.json records (it used to be dropped and the model check failed)."""
+    steps = [
+        ("encode", "-d", scifact_subset, "-o", tmp_path / "emb", "--model", tiny_bert, "--pooling", "mean"),
+        (
+            "index",
+            "-e",
+            tmp_path / "emb",
+            "-o",
+            tmp_path / "idx",
+            "--factory",
+            "IVF4,Flat",
+            "--tune",
+            "--tune-dataset",
+            scifact_subset,
+            "--target-recall",
+            "0.5",
+        ),
+        ("search", "-i", tmp_path / "idx", "-d", scifact_subset, "-o", tmp_path / "run.trec", "-k", "10"),
+    ]
+    for step in steps:
+        result = embedkit(*step)
+        assert result.returncode == 0, result.stderr
+    meta = json.loads((tmp_path / "idx" / "meta.json").read_text())
+    assert meta["model"]["pooling"] == "mean" and meta["tuning"]["queries"]["source"].startswith("20 queries")
+    from embedkit import EmbedkitError, Index, load_model
+
+    with pytest.raises(EmbedkitError, match="pooling: index 'mean', model 'cls'"):  # what the dropped pooling gave
+        Index.load(tmp_path / "idx").check_model(load_model(tiny_bert).settings)

@@ -105,3 +105,22 @@ def test_cli_errors_are_one_line(scifact_reports, tmp_path):
 def test_help_shows_an_example():
     result = embedkit("compare", "--help")
     assert result.returncode == 0 and "Example: embedkit compare" in result.stdout
+
+
+def test_reports_on_other_judgements_are_compared_with_a_note(scifact_subset, tmp_path):
+    import shutil
+
+    from embedkit import evaluate
+
+    other = tmp_path / "fewer-judgements"
+    shutil.copytree(scifact_subset, other)
+    qrels = (other / "qrels" / "test.tsv").read_text().splitlines()
+    (other / "qrels" / "test.tsv").write_text("\n".join(qrels[:-3]) + "\n")
+    folders = [
+        evaluate(None, data, output=tmp_path / "r", retriever="bm25")["folder"] for data in (scifact_subset, other)
+    ]
+    assert folders[0] != folders[1]  # other judgements, another settings hash
+    result = compare_runs(folders, resamples=200)
+    assert len(result["warnings"]) == 1 and "scored on other judgements" in result["warnings"][0]
+    out = embedkit("compare", *folders, "--resamples", "200")
+    assert out.returncode == 0 and "**Note:**" in out.stdout and "other judgements" in out.stdout

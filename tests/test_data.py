@@ -104,3 +104,43 @@ def test_bad_qrels_grade(tmp_path):
     (data.path / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\thigh\n")
     with pytest.raises(EmbedkitError, match=r"test.tsv:2: field 'score': not an integer"):
         data.qrels("test")
+
+
+def _bm25(folder):
+    from embedkit import evaluate
+
+    return evaluate(None, folder, retriever="bm25")
+
+
+@pytest.mark.parametrize("layout", ["beir-with-header", "beir-without-header", "trec"])
+def test_every_qrels_line_is_a_judgement_whatever_the_layout(scifact_subset, tmp_path, layout):
+    """A qrels file without its header keeps its first judgement (it used to be dropped as the header)."""
+    import shutil
+
+    folder = tmp_path / "ds"
+    shutil.copytree(scifact_subset, folder)
+    rows = [line.split("\t") for line in (folder / "qrels" / "test.tsv").read_text().splitlines()[1:]]
+    lines = {
+        "beir-with-header": ["query-id\tcorpus-id\tscore", *("\t".join(row) for row in rows)],
+        "beir-without-header": ["\t".join(row) for row in rows],
+        "trec": [f"{q} 0 {d} {s}" for q, d, s in rows],
+    }[layout]
+    (folder / "qrels" / "test.tsv").write_text("\n".join(lines) + "\n")
+    data = load_dataset(folder)
+    assert sum(len(judged) for judged in data.qrels("test").values()) == len(rows)
+    report = _bm25(data)
+    assert report["dataset"]["queries"] == 20
+    assert report["metrics"]["ndcg_at_10"] == pytest.approx(
+        _bm25(load_dataset(scifact_subset))["metrics"]["ndcg_at_10"]
+    )
+
+
+def test_report_folder_names_keep_unicode_and_differ_by_settings():
+    from embedkit.evaluation.pipeline import report_folder_name
+
+    name = report_folder_name("données-santé", "/models/modèle", "Flat", "test", "ab" * 32)
+    assert name == "données-santé__modèle__Flat__test__abababab"
+    assert report_folder_name("a/b c", "m", "Flat", "test", "0" * 64) == "a-b-c__m__Flat__test__00000000"
+    assert report_folder_name("x", "m", "Flat", "test", "1" * 64) != report_folder_name(
+        "x", "m", "Flat", "test", "2" * 64
+    )

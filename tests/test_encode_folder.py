@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -90,3 +91,39 @@ def test_corrupted_shard_is_re_encoded(scifact, default_model, tmp_path):
     second = encode_to_folder(default_model, docs, tmp_path / "e", shard_size=4)
     assert second.encoded_shards == 1
     assert np.array_equal(first.embeddings(), second.embeddings())
+
+
+def test_the_cache_key_ignores_the_dataset_folder_and_is_the_corpus_content(scifact_subset, default_model, tmp_path):
+    """An identical corpus in another folder is a cache hit; manifests and reports carry one corpus hash."""
+    import shutil
+
+    from embedkit import evaluate, load_dataset
+
+    shutil.copytree(scifact_subset, tmp_path / "renamed-copy")
+    cache = tmp_path / "cache"
+    first = evaluate(default_model, load_dataset(scifact_subset), cache_dir=cache)
+    second = evaluate(default_model, load_dataset(tmp_path / "renamed-copy"), cache_dir=cache)
+    assert first["embeddings_cache"]["encoded_shards"] == 1 and second["embeddings_cache"]["encoded_shards"] == 0
+    assert first["embeddings_cache"]["path"] == second["embeddings_cache"]["path"]
+    manifest = json.loads((Path(first["embeddings_cache"]["path"]) / "manifest.json").read_text())
+    assert manifest["corpus"]["sha256"] == first["dataset"]["corpus_sha256"] == second["dataset"]["corpus_sha256"]
+    assert manifest["settings"] == default_model.settings
+
+
+def test_two_encodes_into_one_folder_at_once(scifact_subset, tmp_path):
+    """The second waits for the first's lock: identical settings find the work done; other settings are refused and
+    the first run's embeddings survive."""
+    corpus = scifact_subset / "corpus.jsonl"
+    output = tmp_path / "emb"
+    same = [_encode(corpus, output) for _ in range(2)]
+    results = [process.communicate(timeout=600) for process in same]
+    assert [process.returncode for process in same] == [0, 0], results
+    encoded = sorted(re.search(r"\((\d+) shards encoded now\)", out)[1] for out, _ in results)
+    assert encoded == ["0", "10"]
+    before = {p.name: p.read_bytes() for p in output.iterdir()}
+    other = _encode(corpus, output, "--max-length", "64")
+    first_again = _encode(corpus, output)
+    _, err = other.communicate(timeout=600)
+    assert other.returncode == 2 and "embeddings made with other settings" in err and "Traceback" not in err
+    assert first_again.communicate(timeout=600)[1].count("Traceback") == 0 and first_again.returncode == 0
+    assert {p.name: p.read_bytes() for p in output.iterdir()} == before

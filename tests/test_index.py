@@ -103,3 +103,20 @@ def test_load_refuses_another_model(vectors, tmp_path, default_model):
 def test_search_parameter_the_index_lacks(vectors):
     with pytest.raises(EmbedkitError, match="no search parameter 'nprobe'"):
         Index.build(vectors[0][:10], vectors[1][:10], "Flat", nprobe=4)
+
+
+def test_per_call_search_parameters_do_not_stick(vectors, tmp_path):
+    """nprobe/efSearch given to one search apply to that search only, like rescore; save() keeps the index's own."""
+    embeddings, ids = vectors
+    index = Index.build(embeddings[:2000], ids[:2000], "IVF32,Flat", nprobe=2)
+    queries = embeddings[2000:2050]
+    narrow = index.search(queries, 10)
+    wide = index.search(queries, 10, nprobe=32)
+    assert narrow[1] != wide[1]  # nprobe 32 visits every list: other hits than nprobe 2
+    assert index.search(queries, 10)[1] == narrow[1]  # back to the index's own nprobe
+    assert index.search_params == {"nprobe": 2}
+    saved = json.loads((index.save(tmp_path / "ivf") / "meta.json").read_text())
+    assert saved["search_params"] == {"nprobe": 2}
+    plain = Index.build(embeddings[:2000], ids[:2000], "IVF32,Flat")
+    plain.search(queries, 10, nprobe=8)
+    assert plain.search(queries, 10)[1] == plain.search(queries, 10, nprobe=1)[1]  # FAISS's default comes back

@@ -1,4 +1,9 @@
-"""MTEB runs embedkit models and indexes: ``mteb.evaluate`` on local BEIR folders scores as ``embedkit evaluate``."""
+"""MTEB and embedkit agree: ``mteb.evaluate`` on local BEIR folders scores as ``embedkit evaluate``.
+
+Most tests here are adapter tests: MTEB runs embedkit's encoder, index and data loader (``--harness mteb``).
+``test_mteb_alone_scores_like_embedkit`` is the independent check: MTEB loads the data with its own loader, encodes
+with its own sentence-transformers wrapper and searches with its own exact search.
+"""
 
 from __future__ import annotations
 
@@ -39,8 +44,28 @@ def test_mteb_on_scifact_matches_embedkit(default_model, scifact, scifact_report
     assert json.loads((folder / "report.json").read_text())["mteb"] == mteb
 
 
+def test_mteb_alone_scores_like_embedkit(default_model, scifact_subset, tmp_path):
+    """No embedkit part inside MTEB: its loader (offline, from a Hub-layout folder), its model wrapper, its search."""
+    import mteb
+    from sentence_transformers import SentenceTransformer
+
+    from embedkit import load_dataset
+    from embedkit.integrations.mteb import task_loaded_by_mteb
+    from embedkit.models.loading import default_model_path
+
+    data = load_dataset(scifact_subset)
+    task = task_loaded_by_mteb(data, "test", "SciFact", tmp_path)
+    corpus = task.dataset["default"]["test"]["corpus"]
+    assert len(corpus) == 300 and set(corpus["id"]) == set(data.corpus["_id"])
+    model = SentenceTransformer(str(default_model_path()), device="cpu")
+    result = mteb.evaluate(model, tasks=[task], cache=None, show_progress_bar=False)
+    theirs = result.task_results[0].scores["test"][0]["ndcg_at_10"]
+    ours = evaluate(default_model, data, "test", cache_dir=TEST_CACHE)["metrics"]["ndcg_at_10"]
+    assert theirs == pytest.approx(ours, abs=1e-4)
+
+
 def test_mteb_encodes_documents_itself(default_model, scifact_subset):
-    """Without embedkit's cache MTEB's own corpus dataloader feeds the encoder; the texts agree with embedkit's."""
+    """Adapter test without embedkit's cache: MTEB's corpus dataloader feeds embedkit's encoder."""
     from embedkit import load_dataset
 
     data = load_dataset(scifact_subset)
@@ -85,3 +110,19 @@ def test_cli_harness_mteb(scifact_subset, tmp_path):
     assert (folder / "mteb" / "SciFact.json").is_file()
     assert "MTEB SciFact nDCG@10 = " in result.stdout
     _one_line_error(embedkit(*args, "--retriever", "bm25"), "the mteb harness runs dense retrieval")
+
+
+def test_the_declared_similarity_is_the_one_computed(tiny_bert):
+    """MTEB's model meta says what ``similarity`` computes, which is what the index's metric ranks by."""
+    from embedkit import load_model
+
+    raw = load_model(tiny_bert, pooling="mean")  # a plain folder: not normalised
+    a, b = raw.encode(["aspirin", "fever"]), raw.encode(["insulin"])
+    for metric, name, expected in (
+        ("ip", "dot", a @ b.T),
+        ("l2", "euclidean", -np.linalg.norm(a[:, None] - b[None], axis=2)),
+    ):
+        encoder = MtebEncoder(raw, metric=metric)
+        assert encoder.similarity_fn_name == name == encoder.mteb_model_meta.similarity_fn_name
+        assert np.allclose(np.asarray(encoder.similarity(a, b)), expected, atol=1e-4)
+    assert MtebEncoder(load_model(tiny_bert, pooling="mean", normalize=True)).similarity_fn_name == "cosine"

@@ -103,3 +103,25 @@ def test_bad_model_arguments(tmp_path, tiny_bert):
     (tmp_path / "empty").mkdir()
     with pytest.raises(EmbedkitError, match=r"not a model folder \(no modules.json or config.json\)"):
         load_model(tmp_path / "empty")
+
+
+def test_a_local_model_is_recorded_by_absolute_path(tiny_bert, tmp_path, monkeypatch):
+    """meta.json and reports record what reloads from any working directory (issue 11)."""
+    monkeypatch.chdir(tiny_bert.parent)
+    model = load_model(tiny_bert.name, pooling="mean")
+    assert model.settings["model"] == str(tiny_bert.resolve())
+    monkeypatch.chdir(tmp_path)
+    assert load_model(model.settings["model"], pooling="mean").settings == model.settings
+
+
+def test_normalize_false_keeps_the_prompts_and_pooling_is_checked_for_hub_names(tmp_path):
+    st = SentenceTransformer(str(default_model_path()), device="cpu")
+    st.prompts = {"query": "query: ", "document": "passage: "}
+    st.save(str(tmp_path / "prompted"))
+    unnormalized = load_model(tmp_path / "prompted", normalize=False)
+    assert (unnormalized.query_prompt, unnormalized.document_prompt) == ("query: ", "passage: ")
+    assert not unnormalized.normalize and "Normalize" not in [type(m).__name__ for m in unnormalized.st]
+    norms = np.linalg.norm(unnormalized.encode_queries(["aspirin"]), axis=1)
+    assert abs(norms[0] - 1.0) > 1e-3  # really not normalised
+    with pytest.raises(EmbedkitError, match="pools with 'mean'"):
+        load_model("sentence-transformers/all-MiniLM-L6-v2", pooling="cls")  # the Hub name of the packaged model

@@ -4,6 +4,7 @@ MTEB retrieval tasks fed from local BEIR folders (MTEB's own loader would fetch 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
@@ -170,6 +171,60 @@ def beir_task(data: BeirDataset, split: str = "test", task_name: str | None = No
     )
     task.dataset = {"default": {split: split_data}}
     task.data_loaded = True
+    return task
+
+
+# A local folder MTEB's own loader reads (``datasets.load_dataset`` on a folder with a dataset card): the configs of
+# the Hub repos mteb/<task> over a BEIR folder's files; qrels as JSONL, since ``datasets`` picks one reader per folder.
+HUB_CARD = """---
+configs:
+- config_name: default
+  data_files:
+  - split: {split}
+    path: qrels/{split}.jsonl
+- config_name: corpus
+  data_files:
+  - split: corpus
+    path: {corpus}
+- config_name: queries
+  data_files:
+  - split: queries
+    path: {queries}
+---
+"""
+
+
+def hub_layout(data: BeirDataset, split: str, folder: str | Path) -> Path:
+    """``folder`` laid out like MTEB's Hub repo of ``data`` (corpus and queries linked, qrels as JSONL)."""
+    folder = Path(folder)
+    (folder / "qrels").mkdir(parents=True)
+    for source in (Path(data.corpus_file), Path(data.queries_file)):
+        (folder / source.name).symlink_to(source.resolve())
+    rows = [
+        {"query-id": query_id, "corpus-id": doc_id, "score": grade}
+        for query_id, judged in data.qrels(split).items()
+        for doc_id, grade in judged.items()
+    ]
+    (folder / "qrels" / f"{split}.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    card = HUB_CARD.format(split=split, corpus=Path(data.corpus_file).name, queries=Path(data.queries_file).name)
+    (folder / "README.md").write_text(card)
+    return folder
+
+
+def task_loaded_by_mteb(data: BeirDataset, split: str, task_name: str, scratch: str | Path) -> Any:
+    """MTEB's task with its data read by MTEB's own loader, offline, from a Hub-layout copy in ``scratch``."""
+    import datasets
+
+    mteb = _require_mteb()
+    task = mteb.get_task(task_name, eval_splits=[split])
+    folder = hub_layout(data, split, Path(scratch) / "hub")
+    task.metadata = task.metadata.model_copy(update={"dataset": {**task.metadata.dataset, "path": str(folder)}})
+    cache = datasets.config.HF_DATASETS_CACHE
+    datasets.config.HF_DATASETS_CACHE = Path(scratch) / "datasets-cache"  # MTEB's conversions stay in scratch
+    try:
+        task.load_data()
+    finally:
+        datasets.config.HF_DATASETS_CACHE = cache
     return task
 
 
