@@ -136,7 +136,7 @@ def scifact_flat(rounds: int = 5) -> dict:
     # the test suite's cache of the same embeddings when present (.cache/embeddings), else embedkit's default
     cache = Path(__file__).resolve().parents[1] / ".cache" / "embeddings"
     folder = evaluate(model, data, "test", cache_dir=cache if cache.is_dir() else None)["embeddings_cache"]["path"]
-    from embedkit.encode.shards import EmbeddingsFolder
+    from embedkit.encode.folder import EmbeddingsFolder
 
     emb = EmbeddingsFolder.open(folder)
     vectors, ids = emb.embeddings(), emb.ids()

@@ -502,7 +502,7 @@ CASES: list[tuple[str, Setup, str]] = [
 def assets(tmp_path_factory, scifact_subset, default_model):
     """Read-only inputs shared by the cases: a SciFact cut, its embeddings and index, two BM25 reports."""
     from embedkit import Index, evaluate, load_dataset
-    from embedkit.encode.shards import encode_to_folder
+    from embedkit.encode.writer import encode_to_folder
 
     root = tmp_path_factory.mktemp("bad-input-assets")
     data = copy(scifact_subset, root)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from embedkit.encode.batching import token_budget_batches
+from embedkit.models.batching import token_budget_batches
 
 
 def test_batches_partition_and_respect_budget():

@@ -10,7 +10,7 @@ import typer
 from embedkit.cli import options as opt
 
 if TYPE_CHECKING:
-    from embedkit.encode.shards import EmbeddingsFolder
+    from embedkit.encode.folder import EmbeddingsFolder
 
 
 def encode(
@@ -55,7 +55,7 @@ def encode(
     if merge:
         if dataset is not None or corpus is not None or shard_id is not None:
             raise EmbedkitError("--merge reads only --output (and --num-shards); drop --dataset, --corpus, --shard-id")
-        from embedkit.encode.shards import merge_encoded_parts
+        from embedkit.encode.workers import merge_encoded_parts
 
         _report(merge_encoded_parts(output, num_shards=num_shards), output)
         return
@@ -88,7 +88,7 @@ def encode(
                 embedder, documents, output, launch, shard_size=shard_size, overwrite=overwrite
             )
         else:
-            from embedkit.encode.shards import encode_to_folder
+            from embedkit.encode.writer import encode_to_folder
 
             result = encode_to_folder(
                 embedder,
@@ -123,7 +123,7 @@ def _interrupted(output: Path) -> Exception:
 
 def _report(result: EmbeddingsFolder, output: Path) -> None:
     """One line: the whole folder when it is complete, else this worker's part and who is still running."""
-    from embedkit.encode.shards import pending_parts
+    from embedkit.encode.workers import pending_parts
 
     manifest = result.manifest
     worker = manifest.get("worker")

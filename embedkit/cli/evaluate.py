@@ -101,6 +101,11 @@ def evaluate(
     if harness == "mteb" and retriever != "dense":
         raise EmbedkitError(f"the mteb harness runs dense retrieval, not {retriever}", field="--harness")
     check_parent(output / "report")
+    from embedkit.data.beir import load_dataset
+
+    data = load_dataset(dataset, data_dir=data_dir)  # read and check the data files before any model is loaded
+    data.split_queries(split)
+    data.describe()
     from embedkit.evaluation.pipeline import evaluate as run_evaluation
     from embedkit.report.markdown import render_markdown
 
@@ -110,7 +115,7 @@ def evaluate(
     settings = {**defaults, **{name: value for name, value in chosen.items() if value is not None}}
     report = run_evaluation(
         options.load() if retriever in ("dense", "hybrid") else None,
-        dataset,
+        data,
         split=split,
         k=k,
         output=output,

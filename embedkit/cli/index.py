@@ -54,7 +54,7 @@ def index(
     if not tune:
         opt.refuse_unused({"--tune-dataset": tune_dataset, "--tune-split": tune_split}, "without --tune")
     check_output_folder(output, ("index", "sharded-index"), overwrite)
-    from embedkit.encode.shards import EmbeddingsFolder
+    from embedkit.encode.folder import EmbeddingsFolder
     from embedkit.index.faiss_index import Index
 
     folder = EmbeddingsFolder.open(embeddings)

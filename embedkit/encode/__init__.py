@@ -1,16 +1,16 @@
-"""Stage 3: texts to embeddings, in memory or streamed to a folder of shards with a manifest."""
+"""Stage 3: a corpus to an embeddings folder: shard files and a manifest, resumable, cached, split across workers."""
 
 from typing import TYPE_CHECKING
 
 from embedkit._lazy import lazy_exports
 
 _EXPORTS = {
-    "EmbeddingsFolder": "embedkit.encode.shards",
+    "EmbeddingsFolder": "embedkit.encode.folder",
     "cached_corpus_embeddings": "embedkit.encode.cache",
-    "encode_texts": "embedkit.encode.batching",
-    "encode_to_folder": "embedkit.encode.shards",
-    "merge_encoded_parts": "embedkit.encode.shards",
-    "token_budget_batches": "embedkit.encode.batching",
+    "encode_texts": "embedkit.models.batching",
+    "encode_to_folder": "embedkit.encode.writer",
+    "merge_encoded_parts": "embedkit.encode.workers",
+    "token_budget_batches": "embedkit.models.batching",
 }
 __all__ = [
     "EmbeddingsFolder",
@@ -23,6 +23,8 @@ __all__ = [
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 if TYPE_CHECKING:
-    from embedkit.encode.batching import encode_texts, token_budget_batches
     from embedkit.encode.cache import cached_corpus_embeddings
-    from embedkit.encode.shards import EmbeddingsFolder, encode_to_folder, merge_encoded_parts
+    from embedkit.encode.folder import EmbeddingsFolder
+    from embedkit.encode.workers import merge_encoded_parts
+    from embedkit.encode.writer import encode_to_folder
+    from embedkit.models.batching import encode_texts, token_budget_batches

@@ -12,7 +12,8 @@ from typing import Any
 
 from embedkit.data.beir import BeirDataset
 from embedkit.data.resolve import cache_home
-from embedkit.encode.shards import EmbeddingsFolder, encode_to_folder
+from embedkit.encode.folder import EmbeddingsFolder
+from embedkit.encode.writer import encode_to_folder
 from embedkit.environment import vector_library_versions
 from embedkit.models.embedding_model import EmbeddingModel
 from embedkit.storage import sha256_json

@@ -13,7 +13,9 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from embedkit.encode.shards import EmbeddingsFolder, encode_to_folder, merge_encoded_parts
+from embedkit.encode.folder import EmbeddingsFolder
+from embedkit.encode.workers import merge_encoded_parts
+from embedkit.encode.writer import encode_to_folder
 from embedkit.models.embedding_model import EmbeddingModel
 
 # Blocks hold the same number of shards but not of tokens, so ranks can finish far apart; the barrier must outwait

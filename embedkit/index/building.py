@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import faiss
 import numpy as np
 
+from embedkit.encode.folder import EmbeddingsFolder
 from embedkit.environment import library_versions
 from embedkit.errors import EmbedkitError
 from embedkit.index.faiss_index import (
@@ -27,9 +28,6 @@ from embedkit.index.faiss_index import (
     is_binary_factory,
 )
 from embedkit.index.rescore import FloatVectors
-
-if TYPE_CHECKING:  # importing it would pull in the model stack (torch)
-    from embedkit.encode.shards import EmbeddingsFolder
 
 
 class FolderVectors:

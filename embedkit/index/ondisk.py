@@ -15,18 +15,16 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import faiss
 import numpy as np
 
+from embedkit.encode.folder import EmbeddingsFolder
 from embedkit.errors import EmbedkitError
 from embedkit.index.building import FolderVectors, index_meta, new_index, train_index
 from embedkit.index.faiss_index import INDEX_KINDS, Index, _to_cpu, _to_gpu
 from embedkit.storage import replace_folder, sha256_file, write_json, write_lines
-
-if TYPE_CHECKING:  # importing it would pull in the model stack (torch)
-    from embedkit.encode.shards import EmbeddingsFolder
 
 IVFDATA = "index.ivfdata"
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from embedkit.encode.folder import EmbeddingsFolder
 from embedkit.errors import EmbedkitError
 
 # Floats materialised at once when gathering candidate vectors or scoring a block (bounds the memory used).
@@ -46,8 +47,6 @@ class FloatVectors:
                 raise EmbedkitError(f"the float vectors must be a 2-d array, got shape {source.shape}")
             return cls([source])
         if isinstance(source, (str, Path)):
-            from embedkit.encode.shards import EmbeddingsFolder  # lazy: it imports the model stack
-
             source = EmbeddingsFolder.open(source)
         if hasattr(source, "iter_shards") and hasattr(source, "manifest"):
             if not source.manifest.get("complete"):

@@ -9,18 +9,16 @@ shard visits the same lists as the one index holding everything.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
+from embedkit.encode.folder import EmbeddingsFolder
 from embedkit.environment import library_versions
 from embedkit.errors import EmbedkitError
 from embedkit.index.building import FolderVectors, build_from_folder, train_index
 from embedkit.index.faiss_index import INDEX_KINDS, Index
 from embedkit.storage import read_json, replace_folder, write_json
-
-if TYPE_CHECKING:  # importing it would pull in the model stack (torch)
-    from embedkit.encode.shards import EmbeddingsFolder
 
 SHARDED_FORMAT = "embedkit.sharded-index/1"
 

@@ -12,6 +12,7 @@ import numpy as np
 from sentence_transformers import SentenceTransformer
 
 from embedkit.data.beir import doc_text
+from embedkit.models.batching import encode_texts
 
 
 class EmbeddingModel:
@@ -99,8 +100,6 @@ class EmbeddingModel:
         self, texts: Sequence[str], prompt: str = "", show_progress: bool | None = None, progress: Any = None
     ) -> np.ndarray:
         """Embed ``texts`` (float32, one row per text) in length-sorted, token-budget batches."""
-        from embedkit.encode.batching import encode_texts
-
         return encode_texts(self, list(texts), prompt=prompt, show_progress=show_progress, progress=progress)
 
     def encode_queries(self, queries: Sequence[str], **kwargs: Any) -> np.ndarray:

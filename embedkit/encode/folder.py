@@ -1,0 +1,128 @@
+"""Reading an embeddings folder: its manifest, and its shard files verified against it.
+
+Light on purpose (numpy, no model): ``embedkit index`` and the index builders read embeddings without loading torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from embedkit.encode.layout import FORMAT, MANIFEST
+from embedkit.errors import EmbedkitError
+from embedkit.storage import load_npy, read_json, read_lines, sha256_file
+
+# What makes two encodes the same: a shard written under one key is reused only under the same key.
+KEY_FIELDS = ("settings", "corpus", "shard_size")
+
+
+def read_manifest(path: Path) -> dict[str, Any] | None:
+    """A manifest's content, or None if it does not exist (another worker may remove it at any moment)."""
+    if not path.is_file():
+        return None
+    manifest = read_json(path)
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        found = manifest.get("format") if isinstance(manifest, dict) else None
+        raise EmbedkitError(f"not an embeddings manifest (format {found!r})", path=path, field="format")
+    return manifest
+
+
+def key_of(manifest: dict[str, Any]) -> dict[str, Any]:
+    return {name: manifest.get(name) for name in KEY_FIELDS}
+
+
+def differences(key: dict[str, Any], other: dict[str, Any]) -> str:
+    """The key fields that differ, e.g. ``settings.max_length, shard_size``."""
+    return ", ".join(
+        sorted(
+            [f"settings.{k}" for k in key["settings"] if key["settings"][k] != (other["settings"] or {}).get(k)]
+            + [name for name in ("corpus", "shard_size") if key[name] != other[name]]
+        )
+    )
+
+
+@dataclass
+class EmbeddingsFolder:
+    """A finished (or partial) embeddings folder and its manifest."""
+
+    path: Path
+    manifest: dict[str, Any]
+    encoded_shards: int = 0
+    _verified: set[int] = field(default_factory=set, repr=False, compare=False)
+
+    @classmethod
+    def open(cls, path: str | Path) -> EmbeddingsFolder:
+        path = Path(path)
+        manifest = read_manifest(path / MANIFEST)
+        if manifest is None:
+            if any(path.glob("manifest.part-*-of-*.json")):
+                raise EmbedkitError(
+                    "encoded by several workers but not merged yet (no manifest.json); run "
+                    "`embedkit encode --merge -o FOLDER` once every worker has finished",
+                    path=path,
+                )
+            raise EmbedkitError("not an embeddings folder (no manifest.json)", path=path)
+        return cls(path=path, manifest=manifest)
+
+    @property
+    def complete(self) -> bool:
+        """The whole corpus is here; a worker's part is never complete, even once its own block is."""
+        return bool(self.manifest.get("complete")) and "worker" not in self.manifest
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        return self.manifest["settings"]
+
+    def shard(self, entry: dict[str, Any], mmap: bool = False) -> tuple[list[str], np.ndarray]:
+        """One shard's ids and vectors, verified against the manifest: both files' sha256, the count and the shape.
+
+        Hashing a shard costs far less than encoding it, and a flipped byte would otherwise surface as a wrong
+        top hit, so every read is verified (once per shard and object).
+        """
+        vectors_path, ids_path = self.path / entry["embeddings"], self.path / entry["ids"]
+        index = entry["index"]
+        if index not in self._verified:
+            for path, key in ((vectors_path, "sha256"), (ids_path, "ids_sha256")):
+                if not path.is_file():
+                    raise EmbedkitError("missing from the embeddings folder; re-encode it", path=path)
+                if key in entry and sha256_file(path) != entry[key]:
+                    raise EmbedkitError(
+                        "changed since it was encoded (its sha256 differs from manifest.json); re-encode with "
+                        "'embedkit encode ... --overwrite'",
+                        path=path,
+                    )
+            self._verified.add(index)
+        ids = read_lines(ids_path)
+        vectors = load_npy(vectors_path, mmap=mmap)
+        if vectors.shape != (entry["count"], self.manifest["dim"]) or len(ids) != entry["count"]:
+            raise EmbedkitError(
+                f"holds {vectors.shape} vectors and {len(ids)} ids, manifest.json says {entry['count']} x "
+                f"{self.manifest['dim']}; re-encode it",
+                path=vectors_path,
+            )
+        return ids, vectors
+
+    def ids(self) -> list[str]:
+        return [doc for entry in self.manifest["shards"] for doc in self.shard(entry, mmap=True)[0]]
+
+    def embeddings(self) -> np.ndarray:
+        """All vectors in corpus order (float32)."""
+        shards = [self.shard(entry)[1] for entry in self.manifest["shards"]]
+        if not shards:
+            return np.empty((0, self.manifest["dim"]), dtype=np.float32)
+        return np.concatenate(shards, axis=0)
+
+    def iter_shards(self):
+        """``(ids, vectors)`` per shard, each memory-mapped, so a large corpus never sits in RAM at once."""
+        for entry in self.manifest["shards"]:
+            yield self.shard(entry, mmap=True)
+
+
+def shard_is_intact(folder: Path, shard: dict[str, Any]) -> bool:
+    vectors, ids = folder / shard["embeddings"], folder / shard["ids"]
+    if not (vectors.is_file() and ids.is_file()) or sha256_file(vectors) != shard["sha256"]:
+        return False
+    return "ids_sha256" not in shard or sha256_file(ids) == shard["ids_sha256"]

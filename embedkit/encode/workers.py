@@ -1,0 +1,132 @@
+"""Several workers, one embeddings folder: each writes its part manifest, a merge writes ``manifest.json``.
+
+Worker ``i`` of ``n`` encodes block ``i`` of the global shard files (``layout.shard_block``); the merge checks every
+part and every shard file (count and sha256), so the merged folder is exactly what a single process would have
+written.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from embedkit.encode.folder import EmbeddingsFolder, differences, key_of, read_manifest, shard_is_intact
+from embedkit.encode.layout import FORMAT, MANIFEST, PART_PATTERN, check_worker, part_name, shard_block
+from embedkit.errors import EmbedkitError
+from embedkit.storage import output_lock, write_json
+
+
+def parts_ready(folder: Path, key: dict[str, Any], num_shards: int) -> bool:
+    """Every part is complete, made with ``key`` and its shard files exist; a stale part of an earlier run is not
+    ready (its worker will redo it), so an early finisher never fails on a part that is about to be replaced."""
+    for shard_id in range(num_shards):
+        manifest = read_manifest(folder / part_name(shard_id, num_shards))
+        if manifest is None or not manifest.get("complete") or key_of(manifest) != key:
+            return False
+        if not all((folder / shard["embeddings"]).is_file() for shard in manifest["shards"]):
+            return False
+    return True
+
+
+def pending_parts(folder: str | Path, num_shards: int) -> list[int]:
+    """Workers whose part is missing or incomplete."""
+    pending = []
+    for shard_id in range(num_shards):
+        manifest = read_manifest(Path(folder) / part_name(shard_id, num_shards))
+        if manifest is None or not manifest.get("complete"):
+            pending.append(shard_id)
+    return pending
+
+
+def merge_encoded_parts(folder: str | Path, num_shards: int | None = None) -> EmbeddingsFolder:
+    """Write ``manifest.json`` from the part manifests of ``num_shards`` workers (default: the one count present).
+
+    Every part must be complete and made with the same settings, corpus and shard size, and every global shard must
+    be present and unchanged (sha256), so the merged folder is exactly what a single process would have written.
+    Merging again is harmless: the result is the same file.
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise EmbedkitError("no such embeddings folder", path=folder)
+    if num_shards is None:
+        counts = sorted({int(m[2]) for p in folder.iterdir() if (m := PART_PATTERN.fullmatch(p.name))})
+        if not counts:
+            raise EmbedkitError(
+                "no part manifests (manifest.part-*-of-*.json) to merge; encode with --shard-id/--num-shards first",
+                path=folder,
+            )
+        if len(counts) > 1:
+            raise EmbedkitError(
+                f"holds parts of runs with different --num-shards ({', '.join(map(str, counts))}); "
+                "pass --num-shards to choose one",
+                path=folder,
+            )
+        num_shards = counts[0]
+    check_worker(0, num_shards)
+
+    parts: list[tuple[Path, dict[str, Any]]] = []
+    for shard_id in range(num_shards):
+        path = folder / part_name(shard_id, num_shards)
+        manifest = read_manifest(path)
+        if manifest is None:
+            raise EmbedkitError(f"missing: worker --shard-id {shard_id} of {num_shards} has not run", path=path)
+        parts.append((path, manifest))
+    first_path, first = parts[0]
+    key = key_of(first)
+    for shard_id, (path, manifest) in enumerate(parts):
+        if key_of(manifest) != key:
+            raise EmbedkitError(
+                f"made with other settings than {first_path.name} (differs in: {differences(key, key_of(manifest))})"
+                f"; rerun worker --shard-id {shard_id} with the same settings",
+                path=path,
+            )
+        expected = {"shard_id": shard_id, "num_shards": num_shards}
+        if {name: manifest.get("worker", {}).get(name) for name in expected} != expected:
+            raise EmbedkitError(f"does not record worker {shard_id} of {num_shards}", path=path, field="worker")
+        if not manifest.get("complete"):
+            start, stop = manifest["worker"]["shards"]
+            raise EmbedkitError(
+                f"incomplete ({len(manifest['shards'])} of {stop - start} shards); "
+                f"rerun worker --shard-id {shard_id} to finish it",
+                path=path,
+            )
+
+    shards: dict[int, dict[str, Any]] = {}
+    for _, manifest in parts:
+        shards.update((shard["index"], shard) for shard in manifest["shards"])
+    documents, shard_size, total = key["corpus"]["documents"], key["shard_size"], first["num_shards"]
+    for index in range(total):
+        shard = shards.get(index)
+        owner = next(i for i in range(num_shards) if index in shard_block(total, i, num_shards))
+        if shard is None:
+            raise EmbedkitError(
+                f"no part lists global shard {index}; rerun worker --shard-id {owner}",
+                path=folder / f"shard-{index:05d}.npy",
+            )
+        expected_count = min(documents, (index + 1) * shard_size) - index * shard_size
+        if shard["count"] != expected_count or not shard_is_intact(folder, shard):
+            raise EmbedkitError(
+                f"missing or changed since worker {owner} encoded it (sha256 or count differs from its part "
+                f"manifest); rerun worker --shard-id {owner} to re-encode it",
+                path=folder / shard["embeddings"],
+            )
+
+    ordered = [shards[index] for index in range(total)]
+    versions = [manifest.get("library_versions") for _, manifest in parts]
+    merged: dict[str, Any] = {
+        "format": FORMAT,
+        **key,
+        "dim": first["dim"],
+        "dtype": first["dtype"],
+        "num_shards": total,
+        "count": sum(shard["count"] for shard in ordered),
+        "complete": True,
+        "shards": ordered,
+        "library_versions": versions[0],
+        "workers": num_shards,
+    }
+    if any(v != versions[0] for v in versions):  # worth knowing if the embeddings ever look inconsistent
+        merged["library_versions_by_worker"] = versions
+    with output_lock(folder / MANIFEST):
+        write_json(folder / MANIFEST, merged)
+    return EmbeddingsFolder(path=folder, manifest=merged)

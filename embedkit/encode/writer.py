@@ -1,0 +1,186 @@
+"""Encoding a corpus into an embeddings folder, shard file by shard file, resumable.
+
+The manifest is rewritten (atomically) after each shard file, so a killed run resumes from the last complete one and
+a rerun with unchanged settings is a cache hit that encodes nothing. With several workers each writes its block
+and its part manifest (``embedkit.encode.workers`` merges them).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tqdm.auto import tqdm
+
+from embedkit.data.beir import DOC_TEXT_RULE, corpus_fingerprint, doc_text
+from embedkit.data.jsonl import check_id
+from embedkit.encode.folder import EmbeddingsFolder, differences, key_of, read_manifest, shard_is_intact
+from embedkit.encode.layout import FORMAT, MANIFEST, check_embeddings_folder, check_worker, part_name, shard_block
+from embedkit.encode.workers import merge_encoded_parts, parts_ready
+from embedkit.environment import library_versions
+from embedkit.errors import EmbedkitError
+from embedkit.storage import output_lock, save_npy, sha256_file, write_json, write_lines
+
+if TYPE_CHECKING:
+    from embedkit.models.embedding_model import EmbeddingModel
+
+
+def _columns(corpus: Any, start: int, stop: int) -> tuple[list[str], list[str]]:
+    """Ids (checked: they go into ``docid`` files, one a line) and document texts of rows ``start:stop``."""
+    rows = corpus[start:stop]
+    if isinstance(rows, dict):  # a datasets.Dataset slice is a dict of columns
+        titles = rows.get("title") or [""] * len(rows["_id"])
+        docs = [{"title": t, "text": x} for t, x in zip(titles, rows["text"])]
+        ids = list(rows["_id"])
+    else:
+        docs, ids = rows, [d["_id"] for d in rows]
+    ids = [check_id(doc_id, None, None, f"_id of document {start + i}") for i, doc_id in enumerate(ids)]
+    return ids, [doc_text(d) for d in docs]
+
+
+def _reusable_shards(
+    folder: Path, key: dict[str, Any], block: range, own: Path, overwrite: bool
+) -> dict[int, dict[str, Any]]:
+    """Intact shards of ``block`` listed by any manifest in ``folder`` made with ``key``.
+
+    A manifest this run replaces (``manifest.json`` and its own part) made with other settings is refused unless
+    ``overwrite``; other workers' parts are theirs to replace, and the merge checks them.
+    """
+    worker = own.name != MANIFEST
+    sources = [folder / MANIFEST, *sorted(p for p in folder.glob("manifest.part-*-of-*.json") if p != own)]
+    sources = [own, *sources] if worker else sources
+    done: dict[int, dict[str, Any]] = {}
+    for path in sources:
+        manifest = read_manifest(path)
+        if manifest is None:
+            continue
+        old_key = key_of(manifest)
+        if old_key != key:
+            if path == own or path.name == MANIFEST:
+                if not overwrite:
+                    raise EmbedkitError(
+                        f"holds embeddings made with other settings (differs in: {differences(key, old_key)}); "
+                        "pass overwrite (--overwrite) or choose another folder",
+                        path=path,
+                    )
+                if not worker:  # a single process owns the folder: nothing of the old run may survive
+                    for old in [*folder.glob("shard-*.npy"), *folder.glob("shard-*.docid")]:
+                        old.unlink(missing_ok=True)
+                    done.clear()
+                path.unlink(missing_ok=True)
+            continue
+        for shard in manifest["shards"]:
+            if shard["index"] in block and shard["index"] not in done and shard_is_intact(folder, shard):
+                done[shard["index"]] = shard
+    return done
+
+
+def _remove_temporaries(folder: Path, block: range, own: Path) -> None:
+    """Leftovers of a killed write; a worker removes only its own, since other workers may be writing theirs."""
+    if own.name == MANIFEST:
+        stale = list(folder.glob(".*.tmp"))
+    else:
+        names = [own.name, *(f"shard-{i:05d}.{ext}" for i in block for ext in ("npy", "docid"))]
+        stale = [path for name in names for path in folder.glob(f".{name}.*.tmp")]
+    for path in stale:
+        path.unlink(missing_ok=True)
+
+
+def encode_to_folder(
+    model: EmbeddingModel,
+    corpus: Any,
+    folder: str | Path,
+    shard_size: int = 10_000,
+    overwrite: bool = False,
+    show_progress: bool | None = None,
+    shard_id: int = 0,
+    num_shards: int = 1,
+    merge: bool = True,
+    corpus_sha256: str | None = None,
+) -> EmbeddingsFolder:
+    """Encode ``corpus`` into ``folder``, reusing every intact shard encoded earlier with the same settings.
+
+    With ``num_shards > 1`` this process is worker ``shard_id``: it encodes only its block of the global shards
+    (see :func:`shard_block`) and records them in its part manifest, so any scheduler can run the workers
+    anywhere that sees the folder. With ``merge``, the worker that completes the last part also writes
+    ``manifest.json`` (:func:`merge_encoded_parts`); the result is then the whole folder (``complete``), otherwise
+    this worker's part. ``corpus_sha256`` is the corpus's ``corpus_fingerprint`` when the caller has it already.
+    """
+    check_worker(shard_id, num_shards)
+    if shard_size < 1:
+        raise EmbedkitError(f"--shard-size must be at least 1, not {shard_size}")
+    if len(corpus) == 0:
+        raise EmbedkitError("the corpus is empty")
+    folder = Path(folder)
+    check_embeddings_folder(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    key = {
+        "settings": model.settings,
+        "corpus": {
+            "sha256": corpus_sha256 or corpus_fingerprint(corpus),
+            "documents": len(corpus),
+            "doc_text": DOC_TEXT_RULE,
+        },
+        "shard_size": shard_size,
+    }
+    total = (len(corpus) + shard_size - 1) // shard_size
+    worker = num_shards > 1
+    block = shard_block(total, shard_id, num_shards) if worker else range(total)
+    own = folder / (part_name(shard_id, num_shards) if worker else MANIFEST)
+    with output_lock(own):  # a second process encoding the same part waits, then finds the work done
+        _remove_temporaries(folder, block, own)
+        done = _reusable_shards(folder, key, block, own, overwrite)
+
+        manifest: dict[str, Any] = {
+            "format": FORMAT,
+            **key,
+            "dim": model.dim,
+            "dtype": "float32",
+            "num_shards": total,
+            "count": 0,
+            "complete": False,
+            "shards": [],
+            "library_versions": library_versions(),
+        }
+        if worker:
+            manifest["worker"] = {"shard_id": shard_id, "num_shards": num_shards, "shards": [block.start, block.stop]}
+        else:
+            manifest["workers"] = 1
+
+        def record() -> None:
+            manifest["shards"] = [done[i] for i in sorted(done)]
+            manifest["count"] = sum(s["count"] for s in manifest["shards"])
+            manifest["complete"] = len(done) == len(block)
+            write_json(own, manifest)
+
+        if worker:  # at once: a part left complete by an earlier run must not invite a merge while this one redoes it
+            record()
+        encoded = 0
+        block_docs = min(len(corpus), block.stop * shard_size) - block.start * shard_size if block else 0
+        show = len(corpus) >= 1000 if show_progress is None else show_progress
+        desc = f"Encoding corpus (worker {shard_id}/{num_shards})" if worker else "Encoding corpus"
+        with tqdm(total=block_docs, desc=desc, unit="doc", disable=not show) as bar:
+            for index in block:
+                start, stop = index * shard_size, min(len(corpus), (index + 1) * shard_size)
+                if index in done:
+                    bar.update(stop - start)
+                else:
+                    ids, texts = _columns(corpus, start, stop)
+                    vectors = model.encode(texts, prompt=model.document_prompt, progress=bar)
+                    name = f"shard-{index:05d}"
+                    save_npy(folder / f"{name}.npy", vectors)
+                    write_lines(folder / f"{name}.docid", ids)
+                    done[index] = {
+                        "index": index,
+                        "embeddings": f"{name}.npy",
+                        "ids": f"{name}.docid",
+                        "count": len(ids),
+                        "sha256": sha256_file(folder / f"{name}.npy"),
+                        "ids_sha256": sha256_file(folder / f"{name}.docid"),
+                    }
+                    encoded += 1
+                record()
+        if worker and merge and parts_ready(folder, key, num_shards):
+            merged = merge_encoded_parts(folder, num_shards=num_shards)
+            return EmbeddingsFolder(path=folder, manifest=merged.manifest, encoded_shards=encoded)
+        return EmbeddingsFolder(path=folder, manifest=manifest, encoded_shards=encoded)
