@@ -21,6 +21,7 @@ _EXPORTS = {
     "compute_metrics": "embedkit.evaluation",
     "evaluate": "embedkit.evaluation",
     "Index": "embedkit.index",
+    "PartitionedIndex": "embedkit.index",
     "ShardedIndex": "embedkit.index",
     "load_index": "embedkit.index",
     "EmbeddingModel": "embedkit.models",
@@ -36,6 +37,7 @@ __all__ = [
     "EmbeddingsFolder",
     "EmbedkitError",
     "Index",
+    "PartitionedIndex",
     "ShardedIndex",
     "__version__",
     "compute_metrics",
@@ -57,6 +59,6 @@ if TYPE_CHECKING:
     from embedkit.encode import EmbeddingsFolder, encode_to_folder
     from embedkit.errors import EmbedkitError
     from embedkit.evaluation import compute_metrics, evaluate
-    from embedkit.index import Index, ShardedIndex, load_index
+    from embedkit.index import Index, PartitionedIndex, ShardedIndex, load_index
     from embedkit.models import EmbeddingModel, load_model
     from embedkit.search import dense_search

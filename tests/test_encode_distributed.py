@@ -70,7 +70,8 @@ def reference(corpus, tmp_path_factory) -> Path:
 
 
 def test_two_worker_processes_equal_one_process(corpus, reference, tmp_path):
-    """Acceptance: --shard-id 0/1 --num-shards 2 run concurrently; the last to finish merges; bitwise equal."""
+    """Acceptance: two workers run concurrently (by the flags' old names, kept as aliases); the last to finish
+    merges; bitwise equal."""
     out = tmp_path / "emb"
     workers = [_encode(corpus, out, "--shard-id", str(i), "--num-shards", "2") for i in range(2)]
     outputs = [_finish(worker) for worker in workers]
@@ -91,14 +92,14 @@ def test_torchrun_ranks_encode_their_blocks_and_rank_0_merges(corpus, reference,
         [*args, "--output", str(out), *SETTINGS], capture_output=True, text=True, timeout=600, env=ENV
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "120 documents in 8 shards" in result.stdout and "merged from 2 workers" in result.stdout
+    assert "120 documents in 8 shard files" in result.stdout and "merged from 2 workers" in result.stdout
     _assert_same_folder(reference, out, workers=2)
 
 
 def test_merge_refuses_missing_mismatched_or_changed_parts(scifact, default_model, tmp_path, capsys):
     docs = [scifact.corpus[i] for i in range(24)]  # 3 shards of 8: worker 0 takes shard 0, worker 1 shards 1-2
     out = tmp_path / "emb"
-    part = encode_to_folder(default_model, docs, out, shard_size=8, shard_id=0, num_shards=2)
+    part = encode_to_folder(default_model, docs, out, shard_size=8, worker_id=0, num_workers=2)
     assert (
         not part.complete
         and part.manifest["worker"]["shards"] == [0, 1]
@@ -106,29 +107,29 @@ def test_merge_refuses_missing_mismatched_or_changed_parts(scifact, default_mode
     )
     with pytest.raises(EmbedkitError, match=r"not merged yet"):
         EmbeddingsFolder.open(out)
-    with pytest.raises(EmbedkitError, match=r"manifest\.part-00001-of-00002\.json: missing: worker --shard-id 1"):
+    with pytest.raises(EmbedkitError, match=r"manifest\.part-00001-of-00002\.json: missing: worker --worker-id 1"):
         merge_encoded_parts(out)
     stderr = _cli_error(capsys, "encode", "--merge", "-o", str(out))
     assert stderr.startswith("embedkit: error:") and "manifest.part-00001-of-00002.json: missing" in stderr
 
     # Worker 1 with another max_length: it does not merge, and an explicit merge names the odd part and field.
     short = load_model(max_length=32, device="cpu")
-    assert not encode_to_folder(short, docs, out, shard_size=8, shard_id=1, num_shards=2).complete
+    assert not encode_to_folder(short, docs, out, shard_size=8, worker_id=1, num_workers=2).complete
     mismatch = r"part-00001-of-00002\.json: made with other settings than .*part-00000.* settings\.max_length"
     with pytest.raises(EmbedkitError, match=mismatch):
-        merge_encoded_parts(out, num_shards=2)
+        merge_encoded_parts(out, num_workers=2)
     with pytest.raises(EmbedkitError, match=r"other settings \(differs in: settings\.max_length\)"):
-        encode_to_folder(default_model, docs, out, shard_size=8, shard_id=1, num_shards=2)
+        encode_to_folder(default_model, docs, out, shard_size=8, worker_id=1, num_workers=2)
 
     # Redone with the right settings, worker 1 completes the set and merges: one process's folder, bit for bit.
-    merged = encode_to_folder(default_model, docs, out, shard_size=8, shard_id=1, num_shards=2, overwrite=True)
+    merged = encode_to_folder(default_model, docs, out, shard_size=8, worker_id=1, num_workers=2, overwrite=True)
     single = encode_to_folder(default_model, docs, tmp_path / "single", shard_size=8)
     assert merged.complete and merged.encoded_shards == 2 and merged.manifest["shards"] == single.manifest["shards"]
     assert np.array_equal(EmbeddingsFolder.open(out).embeddings(), single.embeddings())
 
     # Resume per worker: a lost shard of worker 1's block is all it re-encodes, and it merges again.
     (out / "shard-00002.npy").unlink()
-    redone = encode_to_folder(default_model, docs, out, shard_size=8, shard_id=1, num_shards=2)
+    redone = encode_to_folder(default_model, docs, out, shard_size=8, worker_id=1, num_workers=2)
     assert redone.complete and redone.encoded_shards == 1 and redone.manifest == EmbeddingsFolder.open(out).manifest
     assert np.array_equal(redone.embeddings(), single.embeddings())
 
@@ -140,6 +141,11 @@ def test_merge_refuses_missing_mismatched_or_changed_parts(scifact, default_mode
 def test_worker_arguments_are_checked_before_loading_anything(tmp_path, capsys):
     corpus = write_jsonl(tmp_path / "corpus.jsonl", [{"_id": "d1", "text": "x"}])
     base = ("encode", "--corpus", str(corpus), "-o", str(tmp_path / "e"))
-    assert "--shard-id must be in 0..1" in _cli_error(capsys, *base, "--shard-id", "2", "--num-shards", "2")
-    assert "give --shard-id and --num-shards together" in _cli_error(capsys, *base, "--shard-id", "0")
+    assert "option '--worker-id': must be in 0..1" in _cli_error(
+        capsys, *base, "--worker-id", "2", "--num-workers", "2"
+    )
+    assert "give --worker-id and --num-workers together" in _cli_error(capsys, *base, "--worker-id", "0")
+    assert "--shard-id is the old name of --worker-id" in _cli_error(
+        capsys, *base, "--worker-id", "0", "--shard-id", "0"
+    )
     assert not (tmp_path / "e").exists()

@@ -1,5 +1,5 @@
-"""Indexes that fit: streamed builds, on-disk merged IVF and sharded search over the real SciFact embeddings,
-re-sharded into several embedding shards, each checked against the in-memory index over all vectors."""
+"""Indexes that fit: streamed builds, on-disk merged IVF and partitioned search over the real SciFact embeddings,
+re-split into several embedding shard files, each checked against the in-memory index over all vectors."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ import faiss
 import numpy as np
 import pytest
 
-from embedkit import EmbeddingsFolder, EmbedkitError, Index, ShardedIndex, load_index
+from embedkit import EmbeddingsFolder, EmbedkitError, Index, PartitionedIndex, ShardedIndex, load_index
 from embedkit.cli import main
 from embedkit.data.trec import read_run
-from embedkit.index.building import build_from_folder
+from embedkit.index.faiss_helpers import BuildSettings
 from embedkit.index.ondisk import build_ondisk
-from embedkit.index.sharded import build_sharded
+from embedkit.index.partitioned import build_partitioned
 from embedkit.storage import save_npy, sha256_file, write_json, write_lines
 
 SEED, TRAIN_SIZE, NPROBE = 7, 3000, 8  # 3,000 of 5,183 vectors: the training sample is drawn across both shards
@@ -75,9 +75,8 @@ def test_ondisk_ivf_equals_in_memory(folder, vectors, query_vectors, factory, tm
     memory = Index.build(
         embeddings, ids, factory, train_size=TRAIN_SIZE, seed=SEED, use_gpu=False, nprobe=NPROBE, add_batch_size=2600
     )
-    disk = build_ondisk(
-        folder, tmp_path / "idx", factory, train_size=TRAIN_SIZE, seed=SEED, use_gpu=False, nprobe=NPROBE
-    )
+    settings = BuildSettings(factory, train_size=TRAIN_SIZE, seed=SEED, use_gpu=False, nprobe=NPROBE)
+    disk = build_ondisk(folder, tmp_path / "idx", settings)
     quantizers = [faiss.extract_index_ivf(i.faiss_index).quantizer for i in (memory, disk)]
     assert np.array_equal(*(q.reconstruct_n(0, q.ntotal) for q in quantizers))  # one trained quantizer
     expected = memory.search(query_vectors, 10)
@@ -103,25 +102,25 @@ def test_streamed_build_equals_in_memory_build(folder, vectors):
     embeddings, ids = vectors
     for factory in ("IVF64,Flat", "Flat"):
         memory = Index.build(embeddings, ids, factory, train_size=TRAIN_SIZE, seed=SEED, use_gpu=False)
-        streamed = build_from_folder(
-            folder, factory, train_size=TRAIN_SIZE, seed=SEED, use_gpu=False, add_batch_size=1000
-        )
+        settings = BuildSettings(factory, train_size=TRAIN_SIZE, seed=SEED, use_gpu=False, add_batch_size=1000)
+        streamed = Index.from_vectors(folder, settings)
         assert streamed.ids == ids
         assert np.array_equal(faiss.serialize_index(memory.faiss_index), faiss.serialize_index(streamed.faiss_index))
         assert streamed.meta["trained_on"] == memory.meta["trained_on"]
 
 
 @pytest.mark.parametrize("metric", ["ip", "l2"])
-def test_sharded_flat_equals_one_flat(folder, vectors, query_vectors, metric, tmp_path):
-    """3 index shards over rows that cross the embedding shards' boundary: the same top-10 as one Flat index."""
+def test_partitioned_flat_equals_one_flat(folder, vectors, query_vectors, metric, tmp_path):
+    """3 index partitions over rows that cross the shard files' boundary: the same top-10 as one Flat index."""
     embeddings, ids = vectors
     expected = Index.build(embeddings, ids, "Flat", metric, use_gpu=False).search(query_vectors, 10)
-    path = build_sharded(folder, tmp_path / "sharded", 3, "Flat", metric, use_gpu=False)
+    path = build_partitioned(folder, tmp_path / "sharded", 3, BuildSettings("Flat", metric, use_gpu=False))
     sharded = load_index(path)
-    assert isinstance(sharded, ShardedIndex) and len(sharded) == len(ids) and sharded.ids == ids
+    assert isinstance(sharded, PartitionedIndex) and len(sharded) == len(ids) and sharded.ids == ids
+    assert ShardedIndex is PartitionedIndex  # the old name still works
     assert json.loads((path / "meta.json").read_text())["counts"] == [1727, 1728, 1728]
     _same(expected, sharded.search(query_vectors, 10))
-    _same(expected, ShardedIndex.load(sharded.save(tmp_path / "again")).search(query_vectors, 10))
+    _same(expected, PartitionedIndex.load(sharded.save(tmp_path / "again")).search(query_vectors, 10))
     with pytest.raises(EmbedkitError, match=r"open it with embedkit\.index\.load_index"):
         Index.load(path)
 
@@ -140,7 +139,7 @@ def _cli(capfd, *args: object) -> tuple[int, str, str]:
 
 
 def test_cli_on_disk_and_sharded_round_trip(folder, vectors, queries, default_model, tmp_path, capfd):
-    """`embedkit index --on-disk` / `--num-shards` then `embedkit search`: the runs of exact search."""
+    """`embedkit index --on-disk` / `--num-partitions` (and its old name) then `embedkit search`: exact runs."""
     from embedkit.search.dense import dense_search
 
     picked = dict(list(queries.items())[:20])
@@ -148,7 +147,8 @@ def test_cli_on_disk_and_sharded_round_trip(folder, vectors, queries, default_mo
     exact = dense_search(default_model, Index.build(*vectors, use_gpu=False), picked, k=10)
     builds = {
         "ondisk": ("--factory", "IVF64,Flat", "--on-disk", "--nprobe", 64),  # all 64 lists: exact
-        "sharded": ("--num-shards", 3),
+        "partitioned": ("--num-partitions", 3),
+        "sharded": ("--num-shards", 3),  # the old name of --num-partitions
     }
     for name, options in builds.items():
         code, stdout, stderr = _cli(
@@ -177,11 +177,11 @@ def test_cli_on_disk_needs_an_ivf_factory(folder, tmp_path, capfd):
 
 
 def test_bad_shard_counts_and_folders(folder, tmp_path):
-    with pytest.raises(EmbedkitError, match="--num-shards must be between 1 and the 5183 vectors, not 0"):
-        build_sharded(folder, tmp_path / "s", 0)
+    with pytest.raises(EmbedkitError, match="must be between 1 and the 5183 vectors, not 0"):
+        build_partitioned(folder, tmp_path / "s", 0, BuildSettings())
     with pytest.raises(EmbedkitError, match="an on-disk index needs an IVF factory"):
-        build_sharded(folder, tmp_path / "s", 2, "Flat", on_disk=True)
+        build_partitioned(folder, tmp_path / "s", 2, BuildSettings("Flat"), on_disk=True)
     (tmp_path / "evil").mkdir()
     write_json(tmp_path / "evil" / "meta.json", {"format": "embedkit.sharded-index/1", "shards": ["../x"]})
-    with pytest.raises(EmbedkitError, match=r"shard '\.\./x' is not a subfolder name"):
+    with pytest.raises(EmbedkitError, match=r"partition '\.\./x' is not a subfolder name"):
         load_index(tmp_path / "evil")

@@ -13,8 +13,8 @@ import pytest
 from embedkit import EmbedkitError, Index
 from embedkit.data.trec import read_run
 from embedkit.evaluation.metrics import compute_metrics
-from embedkit.index.rescore import FloatVectors
 from embedkit.index.tune import tune
+from embedkit.index.vectors import Vectors
 
 CLI = [sys.executable, "-c", "from embedkit.cli import main; main()"]
 FLAT_NDCG_AT_10 = 0.6451  # the default model on SciFact test, exact search (tests/test_metrics.py pins it too)
@@ -86,7 +86,7 @@ def test_tune_hnsw_ef_search_on_a_corpus_sample(vectors, scifact_embeddings, fla
     print("\n".join(chosen.table()))
     assert chosen.param == "efSearch" and index.search_params == {"efSearch": chosen.value}
     assert faiss.downcast_index(index.faiss_index).hnsw.efSearch == chosen.value
-    sample = FloatVectors.open(scifact_embeddings).sample(1000, seed=0)
+    sample = Vectors.open(scifact_embeddings).sample(1000, seed=0)
     recall = _recall_at_10(flat.search(sample, 10)[1], index.search(sample, 10)[1])
     assert recall >= 0.99 and recall == pytest.approx(chosen.recall_at_k, abs=0.005)
     reloaded = Index.load(index.save(tmp_path / "hnsw"))

@@ -22,13 +22,16 @@ def encode(
     overwrite: Annotated[
         bool, typer.Option("--overwrite", help="Replace embeddings made with other settings in --output.")
     ] = False,
-    shard_id: Annotated[
-        Optional[int], typer.Option(help="This worker's block of shards, 0..num-shards-1 (e.g. $SLURM_ARRAY_TASK_ID).")
+    worker_id: Annotated[
+        Optional[int],
+        typer.Option(help="This worker's block of shard files, 0..num-workers-1 (e.g. $SLURM_ARRAY_TASK_ID)."),
     ] = None,
-    num_shards: Annotated[
+    num_workers: Annotated[
         Optional[int],
         typer.Option(help="Workers sharing the corpus; each writes its block and a part manifest into --output."),
     ] = None,
+    shard_id: Annotated[Optional[int], typer.Option(hidden=True, help="Old name of --worker-id.")] = None,
+    num_shards: Annotated[Optional[int], typer.Option(hidden=True, help="Old name of --num-workers.")] = None,
     merge: Annotated[
         bool, typer.Option("--merge", help="Only merge the workers' part manifests into manifest.json.")
     ] = False,
@@ -44,7 +47,7 @@ def encode(
 ) -> None:
     """Encode a corpus into .npy shards plus a manifest; a rerun resumes, or encodes nothing if all is done.
 
-    Split the work with --shard-id/--num-shards (one worker each, same --output; the last to finish merges), or run
+    Split the work with --worker-id/--num-workers (one worker each, same --output; the last to finish merges), or run
     under torchrun, where each rank takes its block and rank 0 merges.
 
     Example: [bold]embedkit encode --dataset scifact --output emb/scifact[/bold]
@@ -52,18 +55,22 @@ def encode(
     from embedkit.encode.layout import check_embeddings_folder, check_worker
     from embedkit.errors import EmbedkitError
 
+    worker_id = opt.renamed(worker_id, shard_id, "--worker-id", "--shard-id")
+    num_workers = opt.renamed(num_workers, num_shards, "--num-workers", "--num-shards")
     if merge:
-        if dataset is not None or corpus is not None or shard_id is not None:
-            raise EmbedkitError("--merge reads only --output (and --num-shards); drop --dataset, --corpus, --shard-id")
+        if dataset is not None or corpus is not None or worker_id is not None:
+            raise EmbedkitError(
+                "--merge reads only --output (and --num-workers); drop --dataset, --corpus, --worker-id"
+            )
         from embedkit.encode.workers import merge_encoded_parts
 
-        _report(merge_encoded_parts(output, num_shards=num_shards), output)
+        _report(merge_encoded_parts(output, num_workers=num_workers), output)
         return
     if (dataset is None) == (corpus is None):
         raise EmbedkitError("give exactly one of --dataset or --corpus")
-    if (shard_id is None) != (num_shards is None):
-        raise EmbedkitError("give --shard-id and --num-shards together")
-    check_worker(shard_id or 0, num_shards or 1)
+    if (worker_id is None) != (num_workers is None):
+        raise EmbedkitError("give --worker-id and --num-workers together")
+    check_worker(worker_id or 0, num_workers or 1)
     opt.at_least(shard_size, 1, "--shard-size")
     options = opt.ModelOptions(
         model, pooling, query_prompt, document_prompt, max_length, dtype, device, batch_tokens, backend
@@ -72,8 +79,8 @@ def encode(
     from embedkit.encode.distributed import torchrun_launch
 
     launch = torchrun_launch()
-    if launch is not None and (shard_id is not None or num_shards is not None):
-        raise EmbedkitError("under torchrun each rank takes --shard-id RANK --num-shards WORLD_SIZE; drop both")
+    if launch is not None and (worker_id is not None or num_workers is not None):
+        raise EmbedkitError("under torchrun each rank takes --worker-id RANK --num-workers WORLD_SIZE; drop both")
     from embedkit.data.beir import load_corpus, load_dataset
 
     documents = load_corpus(corpus) if corpus else load_dataset(dataset, data_dir=data_dir).corpus
@@ -96,8 +103,8 @@ def encode(
                 output,
                 shard_size=shard_size,
                 overwrite=overwrite,
-                shard_id=shard_id or 0,
-                num_shards=num_shards or 1,
+                worker_id=worker_id or 0,
+                num_workers=num_workers or 1,
             )
     except KeyboardInterrupt:
         raise _interrupted(output) from None
@@ -131,15 +138,15 @@ def _report(result: EmbeddingsFolder, output: Path) -> None:
         workers = manifest.get("workers", 1)
         by = f", merged from {workers} workers" if workers > 1 else ""
         typer.echo(
-            f"{manifest['count']} documents in {manifest['num_shards']} shards at {output} "
+            f"{manifest['count']} documents in {manifest['num_shards']} shard files at {output} "
             f"({result.encoded_shards} shards encoded now{by})"
         )
         return
     start, stop = worker["shards"]
     block = f"shards {start}..{stop - 1}" if stop > start else "no shards"
-    waiting = pending_parts(output, worker["num_shards"])
+    waiting = pending_parts(output, worker["num_workers"])
     typer.echo(
-        f"worker {worker['shard_id']} of {worker['num_shards']}: {manifest['count']} documents in {block} "
+        f"worker {worker['worker_id']} of {worker['num_workers']}: {manifest['count']} documents in {block} "
         f"of {manifest['num_shards']} at {output} ({result.encoded_shards} shards encoded now); "
         + (f"waiting for workers {', '.join(map(str, waiting))}" if waiting else "all parts done, merge pending")
     )

@@ -17,11 +17,13 @@ def index(
     metric: Annotated[str, typer.Option(help="ip | l2")] = "ip",
     train_size: Annotated[int, typer.Option(help="Vectors sampled to train IVF/PQ.")] = 1_000_000,
     on_disk: Annotated[
-        bool, typer.Option("--on-disk", help="IVF only: lists in one index.ivfdata file, built shard by shard.")
+        bool, typer.Option("--on-disk", help="IVF only: lists in one index.ivfdata file, built shard file by file.")
     ] = False,
-    num_shards: Annotated[
-        Optional[int], typer.Option(help="Write N index shards (contiguous ranges of vectors), searched as one.")
+    num_partitions: Annotated[
+        Optional[int],
+        typer.Option(help="Write N index partitions (contiguous ranges of vectors), searched as one."),
     ] = None,
+    num_shards: Annotated[Optional[int], typer.Option(hidden=True, help="Old name of --num-partitions.")] = None,
     nprobe: opt.Nprobe = None,
     ef_search: opt.EfSearch = None,
     rescore: opt.Rescore = None,
@@ -41,47 +43,43 @@ def index(
     from embedkit.errors import EmbedkitError
     from embedkit.storage import check_output_folder
 
+    num_partitions = opt.renamed(num_partitions, num_shards, "--num-partitions", "--num-shards")
     opt.one_of(metric, ("ip", "l2"), "--metric")
     opt.at_least(train_size, 1, "--train-size")
-    opt.at_least(num_shards, 1, "--num-shards")
+    opt.at_least(num_partitions, 1, "--num-partitions")
     opt.at_least(nprobe, 1, "--nprobe")
     opt.at_least(ef_search, 1, "--ef-search")
     opt.at_least(rescore, 0, "--rescore")
     if not 0 < target_recall <= 1:
         raise EmbedkitError(f"must be in (0, 1], not {target_recall}", field="--target-recall")
-    if num_shards is not None and (rescore is not None or tune):
-        raise EmbedkitError("--rescore and --tune work on one index, not with --num-shards")
+    if num_partitions is not None and (rescore is not None or tune):
+        raise EmbedkitError("--rescore and --tune work on one index, not with --num-partitions")
     if not tune:
         opt.refuse_unused({"--tune-dataset": tune_dataset, "--tune-split": tune_split}, "without --tune")
-    check_output_folder(output, ("index", "sharded-index"), overwrite)
+    from embedkit.index.faiss_helpers import INDEX_KINDS, BuildSettings
+
+    check_output_folder(output, INDEX_KINDS, overwrite)
     from embedkit.encode.folder import EmbeddingsFolder
     from embedkit.index.faiss_index import Index
 
     folder = EmbeddingsFolder.open(embeddings)
     if not folder.complete:
         raise EmbedkitError("the embeddings are incomplete; rerun 'embedkit encode' to finish them", path=embeddings)
-    common = {"train_size": train_size, "nprobe": nprobe, "ef_search": ef_search, "overwrite": overwrite}
-    if num_shards is not None:
-        from embedkit.index.sharded import build_sharded
+    settings = BuildSettings(factory, metric, train_size=train_size, nprobe=nprobe, ef_search=ef_search).check()
+    if num_partitions is not None:
+        from embedkit.index.partitioned import build_partitioned
 
-        written = build_sharded(folder, output, num_shards, factory, metric, on_disk=on_disk, **common)
-        typer.echo(f"{folder.manifest['count']} vectors indexed as '{factory}' in {num_shards} shards at {written}")
+        written = build_partitioned(folder, output, num_partitions, settings, on_disk=on_disk, overwrite=overwrite)
+        typer.echo(
+            f"{folder.manifest['count']} vectors indexed as '{factory}' in {num_partitions} partitions at {written}"
+        )
         return
-    if on_disk:  # streamed from the embedding shards: the corpus never sits in memory
+    if on_disk:  # streamed from the embedding shard files: the corpus never sits in memory
         from embedkit.index.ondisk import build_ondisk
 
-        built = build_ondisk(folder, output, factory, metric, **common)
+        built = build_ondisk(folder, output, settings, overwrite=overwrite)
     else:
-        built = Index.build(
-            folder.embeddings(),
-            folder.ids(),
-            factory=factory,
-            metric=metric,
-            train_size=train_size,
-            model_settings=folder.settings,
-            nprobe=nprobe,
-            ef_search=ef_search,
-        )
+        built = Index.from_vectors(folder, settings)
     built.attach_vectors(folder)  # recorded in meta.json: rescoring and tuning read the float vectors from it
     if rescore is not None:
         built.set_search_params(rescore=rescore)

@@ -55,6 +55,13 @@ def one_of(value: str | None, choices: tuple[str, ...] | list[str], flag: str) -
         raise EmbedkitError(f"unknown value '{value}' (choose from {', '.join(choices)})", field=flag)
 
 
+def renamed(value: Any, old_value: Any, flag: str, old_flag: str) -> Any:
+    """A flag's value given by its name or by its old name (a hidden alias kept for one release), not both."""
+    if value is not None and old_value is not None:
+        raise EmbedkitError(f"{old_flag} is the old name of {flag}; give one of them", field=old_flag)
+    return value if value is not None else old_value
+
+
 def refuse_unused(flags: dict[str, Any], why: str) -> None:
     """Refuse flags that were given but would be ignored (``why`` says by what)."""
     given = [flag for flag, value in flags.items() if value is not None]

@@ -51,7 +51,7 @@ def search(
     check_output_file(output, overwrite, looks_like_run, "TREC run")
     from embedkit.data.beir import load_dataset, load_queries
     from embedkit.data.trec import write_run
-    from embedkit.index.sharded import load_index
+    from embedkit.index.partitioned import load_index
     from embedkit.models.loading import load_model_from_settings
     from embedkit.search.dense import dense_search
 

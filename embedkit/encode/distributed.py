@@ -57,7 +57,7 @@ def encode_across_ranks(
     overwrite: bool = False,
     show_progress: bool | None = None,
 ) -> EmbeddingsFolder:
-    """Encode this rank's block (``shard_id=RANK``, ``num_shards=WORLD_SIZE``); after a barrier rank 0 merges.
+    """Encode this rank's block (``worker_id=RANK``, ``num_workers=WORLD_SIZE``); after a barrier rank 0 merges.
 
     Rank 0 returns the merged folder, the other ranks their part. A process group that is already initialised (a
     caller's own distributed script) is used as it is and left open.
@@ -74,13 +74,13 @@ def encode_across_ranks(
         shard_size=shard_size,
         overwrite=overwrite,
         show_progress=show_progress if launch.rank == 0 else False,
-        shard_id=launch.rank,
-        num_shards=launch.world_size,
+        worker_id=launch.rank,
+        num_workers=launch.world_size,
         merge=False,
     )
     dist.barrier()
     if launch.rank == 0:
-        merged = merge_encoded_parts(folder, num_shards=launch.world_size)
+        merged = merge_encoded_parts(folder, num_workers=launch.world_size)
         result = EmbeddingsFolder(path=merged.path, manifest=merged.manifest, encoded_shards=result.encoded_shards)
     if owned:
         dist.destroy_process_group()

@@ -17,22 +17,23 @@ FORMAT = "embedkit.embeddings/1"
 PART_PATTERN = re.compile(r"manifest\.part-(\d+)-of-(\d+)\.json")
 
 
-def part_name(shard_id: int, num_shards: int) -> str:
-    """File name of worker ``shard_id``'s part manifest; zero-padded so a listing sorts in worker order."""
-    return f"manifest.part-{shard_id:05d}-of-{num_shards:05d}.json"
+def part_name(worker_id: int, num_workers: int) -> str:
+    """File name of worker ``worker_id``'s part manifest; zero-padded so a listing sorts in worker order."""
+    return f"manifest.part-{worker_id:05d}-of-{num_workers:05d}.json"
 
 
-def shard_block(total_shards: int, shard_id: int, num_shards: int) -> range:
-    """The global shards worker ``shard_id`` of ``num_shards`` encodes: contiguous, block sizes differ by at most 1."""
-    return range(shard_id * total_shards // num_shards, (shard_id + 1) * total_shards // num_shards)
+def shard_block(total_shards: int, worker_id: int, num_workers: int) -> range:
+    """The shard files worker ``worker_id`` of ``num_workers`` encodes: contiguous, sizes differ by at most 1."""
+    return range(worker_id * total_shards // num_workers, (worker_id + 1) * total_shards // num_workers)
 
 
-def check_worker(shard_id: int, num_shards: int) -> None:
+def check_worker(worker_id: int, num_workers: int) -> None:
     """Refuse a worker slice that does not exist (checked before any model or corpus is loaded)."""
-    if num_shards < 1:
-        raise EmbedkitError(f"--num-shards must be at least 1, not {num_shards}")
-    if not 0 <= shard_id < num_shards:
-        raise EmbedkitError(f"--shard-id must be in 0..{num_shards - 1} for --num-shards {num_shards}, not {shard_id}")
+    if num_workers < 1:
+        raise EmbedkitError(f"must be at least 1, not {num_workers}", field="--num-workers")
+    if not 0 <= worker_id < num_workers:
+        message = f"must be in 0..{num_workers - 1} for --num-workers {num_workers}, not {worker_id}"
+        raise EmbedkitError(message, field="--worker-id")
 
 
 def check_embeddings_folder(folder: Path, flag: str = "--output") -> None:

@@ -16,11 +16,11 @@ from embedkit.errors import EmbedkitError
 from embedkit.storage import output_lock, write_json
 
 
-def parts_ready(folder: Path, key: dict[str, Any], num_shards: int) -> bool:
+def parts_ready(folder: Path, key: dict[str, Any], num_workers: int) -> bool:
     """Every part is complete, made with ``key`` and its shard files exist; a stale part of an earlier run is not
     ready (its worker will redo it), so an early finisher never fails on a part that is about to be replaced."""
-    for shard_id in range(num_shards):
-        manifest = read_manifest(folder / part_name(shard_id, num_shards))
+    for worker_id in range(num_workers):
+        manifest = read_manifest(folder / part_name(worker_id, num_workers))
         if manifest is None or not manifest.get("complete") or key_of(manifest) != key:
             return False
         if not all((folder / shard["embeddings"]).is_file() for shard in manifest["shards"]):
@@ -28,18 +28,18 @@ def parts_ready(folder: Path, key: dict[str, Any], num_shards: int) -> bool:
     return True
 
 
-def pending_parts(folder: str | Path, num_shards: int) -> list[int]:
+def pending_parts(folder: str | Path, num_workers: int) -> list[int]:
     """Workers whose part is missing or incomplete."""
     pending = []
-    for shard_id in range(num_shards):
-        manifest = read_manifest(Path(folder) / part_name(shard_id, num_shards))
+    for worker_id in range(num_workers):
+        manifest = read_manifest(Path(folder) / part_name(worker_id, num_workers))
         if manifest is None or not manifest.get("complete"):
-            pending.append(shard_id)
+            pending.append(worker_id)
     return pending
 
 
-def merge_encoded_parts(folder: str | Path, num_shards: int | None = None) -> EmbeddingsFolder:
-    """Write ``manifest.json`` from the part manifests of ``num_shards`` workers (default: the one count present).
+def merge_encoded_parts(folder: str | Path, num_workers: int | None = None) -> EmbeddingsFolder:
+    """Write ``manifest.json`` from the part manifests of ``num_workers`` workers (default: the one count present).
 
     Every part must be complete and made with the same settings, corpus and shard size, and every global shard must
     be present and unchanged (sha256), so the merged folder is exactly what a single process would have written.
@@ -48,46 +48,46 @@ def merge_encoded_parts(folder: str | Path, num_shards: int | None = None) -> Em
     folder = Path(folder)
     if not folder.is_dir():
         raise EmbedkitError("no such embeddings folder", path=folder)
-    if num_shards is None:
+    if num_workers is None:
         counts = sorted({int(m[2]) for p in folder.iterdir() if (m := PART_PATTERN.fullmatch(p.name))})
         if not counts:
             raise EmbedkitError(
-                "no part manifests (manifest.part-*-of-*.json) to merge; encode with --shard-id/--num-shards first",
+                "no part manifests (manifest.part-*-of-*.json) to merge; encode with --worker-id/--num-workers first",
                 path=folder,
             )
         if len(counts) > 1:
             raise EmbedkitError(
-                f"holds parts of runs with different --num-shards ({', '.join(map(str, counts))}); "
-                "pass --num-shards to choose one",
+                f"holds parts of runs with different --num-workers ({', '.join(map(str, counts))}); "
+                "pass --num-workers to choose one",
                 path=folder,
             )
-        num_shards = counts[0]
-    check_worker(0, num_shards)
+        num_workers = counts[0]
+    check_worker(0, num_workers)
 
     parts: list[tuple[Path, dict[str, Any]]] = []
-    for shard_id in range(num_shards):
-        path = folder / part_name(shard_id, num_shards)
+    for worker_id in range(num_workers):
+        path = folder / part_name(worker_id, num_workers)
         manifest = read_manifest(path)
         if manifest is None:
-            raise EmbedkitError(f"missing: worker --shard-id {shard_id} of {num_shards} has not run", path=path)
+            raise EmbedkitError(f"missing: worker --worker-id {worker_id} of {num_workers} has not run", path=path)
         parts.append((path, manifest))
     first_path, first = parts[0]
     key = key_of(first)
-    for shard_id, (path, manifest) in enumerate(parts):
+    for worker_id, (path, manifest) in enumerate(parts):
         if key_of(manifest) != key:
             raise EmbedkitError(
                 f"made with other settings than {first_path.name} (differs in: {differences(key, key_of(manifest))})"
-                f"; rerun worker --shard-id {shard_id} with the same settings",
+                f"; rerun worker --worker-id {worker_id} with the same settings",
                 path=path,
             )
-        expected = {"shard_id": shard_id, "num_shards": num_shards}
+        expected = {"worker_id": worker_id, "num_workers": num_workers}
         if {name: manifest.get("worker", {}).get(name) for name in expected} != expected:
-            raise EmbedkitError(f"does not record worker {shard_id} of {num_shards}", path=path, field="worker")
+            raise EmbedkitError(f"does not record worker {worker_id} of {num_workers}", path=path, field="worker")
         if not manifest.get("complete"):
             start, stop = manifest["worker"]["shards"]
             raise EmbedkitError(
                 f"incomplete ({len(manifest['shards'])} of {stop - start} shards); "
-                f"rerun worker --shard-id {shard_id} to finish it",
+                f"rerun worker --worker-id {worker_id} to finish it",
                 path=path,
             )
 
@@ -97,17 +97,17 @@ def merge_encoded_parts(folder: str | Path, num_shards: int | None = None) -> Em
     documents, shard_size, total = key["corpus"]["documents"], key["shard_size"], first["num_shards"]
     for index in range(total):
         shard = shards.get(index)
-        owner = next(i for i in range(num_shards) if index in shard_block(total, i, num_shards))
+        owner = next(i for i in range(num_workers) if index in shard_block(total, i, num_workers))
         if shard is None:
             raise EmbedkitError(
-                f"no part lists global shard {index}; rerun worker --shard-id {owner}",
+                f"no part lists global shard {index}; rerun worker --worker-id {owner}",
                 path=folder / f"shard-{index:05d}.npy",
             )
         expected_count = min(documents, (index + 1) * shard_size) - index * shard_size
         if shard["count"] != expected_count or not shard_is_intact(folder, shard):
             raise EmbedkitError(
                 f"missing or changed since worker {owner} encoded it (sha256 or count differs from its part "
-                f"manifest); rerun worker --shard-id {owner} to re-encode it",
+                f"manifest); rerun worker --worker-id {owner} to re-encode it",
                 path=folder / shard["embeddings"],
             )
 
@@ -123,7 +123,7 @@ def merge_encoded_parts(folder: str | Path, num_shards: int | None = None) -> Em
         "complete": True,
         "shards": ordered,
         "library_versions": versions[0],
-        "workers": num_shards,
+        "workers": num_workers,
     }
     if any(v != versions[0] for v in versions):  # worth knowing if the embeddings ever look inconsistent
         merged["library_versions_by_worker"] = versions

@@ -93,20 +93,20 @@ def encode_to_folder(
     shard_size: int = 10_000,
     overwrite: bool = False,
     show_progress: bool | None = None,
-    shard_id: int = 0,
-    num_shards: int = 1,
+    worker_id: int = 0,
+    num_workers: int = 1,
     merge: bool = True,
     corpus_sha256: str | None = None,
 ) -> EmbeddingsFolder:
     """Encode ``corpus`` into ``folder``, reusing every intact shard encoded earlier with the same settings.
 
-    With ``num_shards > 1`` this process is worker ``shard_id``: it encodes only its block of the global shards
+    With ``num_workers > 1`` this process is worker ``worker_id``: it encodes only its block of the global shards
     (see :func:`shard_block`) and records them in its part manifest, so any scheduler can run the workers
     anywhere that sees the folder. With ``merge``, the worker that completes the last part also writes
     ``manifest.json`` (:func:`merge_encoded_parts`); the result is then the whole folder (``complete``), otherwise
     this worker's part. ``corpus_sha256`` is the corpus's ``corpus_fingerprint`` when the caller has it already.
     """
-    check_worker(shard_id, num_shards)
+    check_worker(worker_id, num_workers)
     if shard_size < 1:
         raise EmbedkitError(f"--shard-size must be at least 1, not {shard_size}")
     if len(corpus) == 0:
@@ -124,9 +124,9 @@ def encode_to_folder(
         "shard_size": shard_size,
     }
     total = (len(corpus) + shard_size - 1) // shard_size
-    worker = num_shards > 1
-    block = shard_block(total, shard_id, num_shards) if worker else range(total)
-    own = folder / (part_name(shard_id, num_shards) if worker else MANIFEST)
+    worker = num_workers > 1
+    block = shard_block(total, worker_id, num_workers) if worker else range(total)
+    own = folder / (part_name(worker_id, num_workers) if worker else MANIFEST)
     with output_lock(own):  # a second process encoding the same part waits, then finds the work done
         _remove_temporaries(folder, block, own)
         done = _reusable_shards(folder, key, block, own, overwrite)
@@ -143,7 +143,11 @@ def encode_to_folder(
             "library_versions": library_versions(),
         }
         if worker:
-            manifest["worker"] = {"shard_id": shard_id, "num_shards": num_shards, "shards": [block.start, block.stop]}
+            manifest["worker"] = {
+                "worker_id": worker_id,
+                "num_workers": num_workers,
+                "shards": [block.start, block.stop],
+            }
         else:
             manifest["workers"] = 1
 
@@ -158,7 +162,7 @@ def encode_to_folder(
         encoded = 0
         block_docs = min(len(corpus), block.stop * shard_size) - block.start * shard_size if block else 0
         show = len(corpus) >= 1000 if show_progress is None else show_progress
-        desc = f"Encoding corpus (worker {shard_id}/{num_shards})" if worker else "Encoding corpus"
+        desc = f"Encoding corpus (worker {worker_id}/{num_workers})" if worker else "Encoding corpus"
         with tqdm(total=block_docs, desc=desc, unit="doc", disable=not show) as bar:
             for index in block:
                 start, stop = index * shard_size, min(len(corpus), (index + 1) * shard_size)
@@ -180,7 +184,7 @@ def encode_to_folder(
                     }
                     encoded += 1
                 record()
-        if worker and merge and parts_ready(folder, key, num_shards):
-            merged = merge_encoded_parts(folder, num_shards=num_shards)
+        if worker and merge and parts_ready(folder, key, num_workers):
+            merged = merge_encoded_parts(folder, num_workers=num_workers)
             return EmbeddingsFolder(path=folder, manifest=merged.manifest, encoded_shards=encoded)
         return EmbeddingsFolder(path=folder, manifest=manifest, encoded_shards=encoded)

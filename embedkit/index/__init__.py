@@ -5,17 +5,25 @@ from typing import TYPE_CHECKING
 from embedkit._lazy import lazy_exports
 
 _EXPORTS = {
+    "BuildSettings": "embedkit.index.faiss_helpers",
     "Index": "embedkit.index.faiss_index",
-    "ShardedIndex": "embedkit.index.sharded",
-    "load_index": "embedkit.index.sharded",
+    "PartitionedIndex": "embedkit.index.partitioned",
+    "ShardedIndex": "embedkit.index.partitioned",
+    "Vectors": "embedkit.index.vectors",
+    "load_index": "embedkit.index.partitioned",
 }
 __all__ = [
+    "BuildSettings",
     "Index",
+    "PartitionedIndex",
     "ShardedIndex",
+    "Vectors",
     "load_index",
 ]
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 if TYPE_CHECKING:
+    from embedkit.index.faiss_helpers import BuildSettings
     from embedkit.index.faiss_index import Index
-    from embedkit.index.sharded import ShardedIndex, load_index
+    from embedkit.index.partitioned import PartitionedIndex, ShardedIndex, load_index
+    from embedkit.index.vectors import Vectors

@@ -16,8 +16,10 @@ import faiss
 import numpy as np
 
 from embedkit.errors import EmbedkitError
-from embedkit.index.faiss_index import Index, current_search_param, unwrap
-from embedkit.index.rescore import FloatVectors, exact_search
+from embedkit.index.faiss_helpers import check_model_settings, current_search_param, unwrap
+from embedkit.index.faiss_index import Index
+from embedkit.index.rescore import exact_search
+from embedkit.index.vectors import Vectors
 
 EF_SEARCH_VALUES = (16, 32, 64, 128, 256, 512, 1024)
 
@@ -147,7 +149,7 @@ def tune(
     values = sorted(set(values)) if values else default_values
     float_vectors = None
     if queries is None or ground_truth is None:
-        float_vectors = FloatVectors.open(vectors) if vectors is not None else index.vectors
+        float_vectors = Vectors.open(vectors) if vectors is not None else index.vectors
     if queries is None:
         queries = float_vectors.sample(sample, seed)
         query_source = query_source or f"{len(queries)} corpus vectors sampled with seed {seed}"
@@ -200,7 +202,6 @@ def dataset_query_vectors(
 ) -> tuple[np.ndarray, str]:
     """A dataset's queries encoded with the model recorded in the embeddings (its prompts and length limits)."""
     from embedkit.data.beir import load_dataset
-    from embedkit.index.faiss_index import check_model_settings
     from embedkit.models.loading import load_model_from_settings
 
     data = load_dataset(dataset, data_dir=data_dir)

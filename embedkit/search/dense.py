@@ -9,13 +9,13 @@ from embedkit.protocols import Run
 
 if TYPE_CHECKING:  # type hints only: importing them here would close an import cycle through embedkit.report
     from embedkit.index.faiss_index import Index
-    from embedkit.index.sharded import ShardedIndex
+    from embedkit.index.partitioned import PartitionedIndex
     from embedkit.models.embedding_model import EmbeddingModel
 
 
 def dense_search(
     model: EmbeddingModel,
-    index: Index | ShardedIndex,
+    index: Index | PartitionedIndex,
     queries: dict[str, str],
     k: int = 1000,
     *,
@@ -44,7 +44,7 @@ class DenseSearcher:
     """A model and an index as one ``Searcher`` (see ``embedkit.protocols``)."""
 
     model: EmbeddingModel
-    index: Index | ShardedIndex
+    index: Index | PartitionedIndex
     ignore_identical_ids: bool = False
     params: dict[str, int] = field(default_factory=dict)
 
