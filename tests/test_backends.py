@@ -13,7 +13,7 @@ import pytest
 
 from embedkit import EmbedkitError, load_model
 from embedkit.data import doc_text
-from embedkit.models import backends
+from embedkit.models import int8, onnx
 
 REPO = Path(__file__).resolve().parents[1]
 # Exports survive between local runs (gitignored), like the embeddings cache of conftest.
@@ -64,8 +64,8 @@ def test_backend_stays_close_to_float32(case, texts, reference):
     assert settings["backend"] == backend and settings["dtype"] == dtype and model.device == "cpu"
     if backend.endswith("int8"):
         config = settings["backend_config"]
-        assert config["preset"] == backends.int8_preset() and config["per_channel"] is True
-        assert config["reduce_range"] is not backends.full_range()
+        assert config["preset"] == int8.int8_preset() and config["per_channel"] is True
+        assert config["reduce_range"] is not int8.full_range()
     if backend.startswith("onnx"):
         assert settings["backend_config"]["onnxruntime"]
 
@@ -97,9 +97,9 @@ def test_onnx_export_is_cached_and_keyed_by_weights(tiny_bert, tmp_path, monkeyp
     assert np.allclose(exported.encode(texts), torch_model.encode(texts), atol=1e-4)
     assert exported.settings["normalize"] is False
     names = ["input_ids", "attention_mask", "token_type_ids"]
-    key = backends.network_key(torch_model.st[0].model, names)
+    key = onnx.network_key(torch_model.st[0].model, names)
     torch_model.st[0].model.embeddings.word_embeddings.weight.data[0, 0] += 1
-    assert backends.network_key(torch_model.st[0].model, names) != key
+    assert onnx.network_key(torch_model.st[0].model, names) != key
 
 
 def test_bad_backend_arguments():

@@ -14,6 +14,7 @@ from transformers import AutoConfig
 from embedkit.errors import EmbedkitError
 from embedkit.models.backends import apply_backend
 from embedkit.models.device import pick_device
+from embedkit.models.dupmae_pooling import DupMAEPooling
 from embedkit.models.embedding_model import EmbeddingModel
 from embedkit.models.options import check_run_options
 from embedkit.storage import read_json
@@ -50,8 +51,6 @@ def _plain_transformers(path: str, pooling: str | None, normalize: bool | None) 
         raise EmbedkitError(f"unknown pooling '{pooling}' (choose from {choices})", field="pooling")
     transformer = Transformer(path)
     if pooling == "dupmae":  # DupMAE's [CLS] + reduced token vector, from the folder's MLM head
-        from embedkit.pretrain.pooling import DupMAEPooling
-
         modules = [transformer, DupMAEPooling.from_folder(path)]
     else:
         modules = [transformer, Pooling(transformer.get_embedding_dimension(), pooling_mode=POOLING_MODES[pooling])]

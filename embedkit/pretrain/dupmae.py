@@ -5,7 +5,7 @@ The ordinary tokens' final hidden states go through the MLM head (the paper's li
 vocabulary space and are max-pooled over positions; a softmax of that vector must predict the input's bag of words
 (a uniform distribution over its distinct ordinary tokens). The two decoding losses and the encoder's MLM loss are
 added. The representation it trains, [CLS] joined to the reduced aggregated token vector, is the ``dupmae`` pooling
-of ``embedkit.load_model`` (``embedkit/pretrain/pooling.py``).
+of ``embedkit.load_model`` (``embedkit/models/dupmae_pooling.py``).
 """
 
 from __future__ import annotations

@@ -1,0 +1,205 @@
+"""The onnx and onnx-int8 backends: the network exported by embedkit and run by ONNX Runtime.
+
+sentence-transformers' own ``backend="onnx"`` needs ``optimum-onnx``, whose releases pin ``transformers<4.58`` and
+do not run with transformers 5 (which embedkit needs). So embedkit exports the network itself with
+``torch.onnx.export`` (the torch.export-based exporter) and quantises it with ONNX Runtime's ``quantize_dynamic``
+using the same parameters as sentence-transformers' ``export_dynamic_quantized_onnx_model`` presets (per-channel
+symmetric int8 weights, dynamic uint8 activations, ORT's integer-op registry). Exports are cached by a hash of the
+network's weights and config.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+from sentence_transformers import SentenceTransformer
+
+from embedkit.data.resolve import cache_home
+from embedkit.errors import EmbedkitError
+from embedkit.models.int8 import full_range, int8_preset, quiet
+from embedkit.storage import NEW_MARK, commit_folder, output_lock, recover
+
+# Bump when the exported graph changes, so cached exports made by an older embedkit are not reused.
+ONNX_EXPORT_FORMAT = 1
+ONNX_OPSET = 18
+TEXT_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+ONNX_MISSING = "the onnx backends need onnxruntime, onnx and onnxscript: pip install 'embedkit[onnx]'"
+
+
+def onnx_cache_root() -> Path:
+    return cache_home() / "onnx"
+
+
+def _import_onnx() -> Any:
+    try:
+        import onnx  # noqa: F401
+        import onnxruntime
+        import onnxscript  # noqa: F401
+    except ImportError as error:
+        raise EmbedkitError(f"{ONNX_MISSING} ({error})", field="backend") from None
+    return onnxruntime
+
+
+def _network(st: SentenceTransformer) -> Any:
+    """The stack's first module when it is a text transformer whose forward gives ``last_hidden_state``."""
+    transformer = st[0]
+    config = getattr(transformer, "modality_config", {}).get("text", {})
+    output = config.get("method_output_name")
+    output = output[0] if isinstance(output, (list, tuple)) and len(output) == 1 else output
+    if config.get("method") != "forward" or output != "last_hidden_state" or not hasattr(transformer, "model"):
+        raise EmbedkitError(
+            "the onnx backends export text transformers whose forward gives last_hidden_state; use backend torch",
+            field="backend",
+        )
+    return transformer
+
+
+def network_key(network: torch.nn.Module, input_names: list[str]) -> str:
+    """Content hash of the network's weights and config: the name of its export in the cache."""
+    digest = hashlib.sha256()
+    digest.update(f"embedkit-onnx/{ONNX_EXPORT_FORMAT}/opset{ONNX_OPSET}/torch{torch.__version__}".encode())
+    digest.update(repr(input_names).encode())
+    digest.update(network.config.to_json_string(use_diff=False).encode())
+    for name, tensor in sorted(network.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(str(tensor.dtype).encode() + repr(tuple(tensor.shape)).encode())
+        digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy())
+    return digest.hexdigest()[:32]
+
+
+def _cached(folder: Path, build: Any) -> Path:
+    """``folder/model.onnx``, built once by ``build(tmp_folder)`` beside it and renamed into place under a lock."""
+    model = folder / "model.onnx"
+    if model.is_file():
+        return model
+    with output_lock(folder):
+        recover(folder)
+        if not model.is_file():  # not built by a process we waited for
+            tmp = folder.parent / f".{folder.name}{NEW_MARK}{secrets.token_hex(4)}"
+            tmp.mkdir(parents=True)  # 0o777 & ~umask: a shared cache stays readable by other users
+            try:
+                build(tmp)
+                commit_folder(tmp, folder)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+    return model
+
+
+class _TextNetwork(torch.nn.Module):
+    """The transformers model with named text inputs and a tensor output, as the exporter wants it."""
+
+    def __init__(self, network: torch.nn.Module) -> None:
+        super().__init__()
+        self.network = network
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        extra = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
+        return self.network(input_ids=input_ids, attention_mask=attention_mask, **extra, return_dict=True)[0]
+
+
+def export_onnx(network: torch.nn.Module, sample: dict[str, torch.Tensor], input_names: list[str], out: Path) -> None:
+    """Export ``network`` (batch and sequence length dynamic) to ``out/model.onnx``."""
+    batch, length = torch.export.Dim("batch"), torch.export.Dim("length")
+    wrapped = _TextNetwork(network).eval()
+    try:
+        with quiet("torch.onnx", "onnxscript"), torch.no_grad():
+            program = torch.onnx.export(
+                wrapped,
+                (),
+                kwargs={name: sample[name] for name in input_names},
+                dynamo=True,
+                input_names=input_names,
+                output_names=["last_hidden_state"],
+                dynamic_shapes={name: {0: batch, 1: length} for name in input_names},
+                opset_version=ONNX_OPSET,
+                verbose=False,
+            )
+            program.save(str(out / "model.onnx"), external_data=False)
+    except EmbedkitError:
+        raise
+    except Exception as error:  # the exporter's failures are many and deep; name the model's class instead
+        reason = next((line for line in str(error).splitlines() if line.strip()), "")[:300]
+        raise EmbedkitError(
+            f"could not export {type(network).__name__} to ONNX ({type(error).__name__}: {reason}); use backend torch",
+            field="backend",
+        ) from error
+
+
+def quantize_onnx(source: Path, out: Path, reduce_range: bool) -> None:
+    """Dynamic int8 quantisation of ``source`` into ``out/model.onnx``, as sentence-transformers' presets do it."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    from onnxruntime.quantization.registry import IntegerOpsRegistry
+
+    with quiet(""):  # the root logger: ORT suggests a pre-processing pass that dynamic quantisation can skip
+        quantize_dynamic(
+            source,
+            out / "model.onnx",
+            op_types_to_quantize=list(IntegerOpsRegistry),
+            per_channel=True,
+            reduce_range=reduce_range,
+            weight_type=QuantType.QInt8,
+            extra_options={"WeightSymmetric": True, "ActivationSymmetric": False},
+        )
+
+
+class OnnxNetwork(torch.nn.Module):
+    """Stands in for the transformers model inside sentence-transformers' ``Transformer`` module.
+
+    It takes the same tokenizer features and returns ``last_hidden_state``, so the stack's own pooling and
+    normalisation run after it unchanged.
+    """
+
+    def __init__(self, path: Path, config: Any, threads: int) -> None:
+        super().__init__()
+        ort = _import_onnx()
+        self.path = path
+        self.config = config
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        options.log_severity_level = 3
+        self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        self.input_names = [node.name for node in self.session.get_inputs()]
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device("cpu")
+
+    def forward(self, **features: Any) -> dict[str, torch.Tensor]:
+        feeds = {name: features[name].detach().cpu().numpy().astype("int64") for name in self.input_names}
+        (hidden,) = self.session.run(["last_hidden_state"], feeds)
+        return {"last_hidden_state": torch.from_numpy(hidden)}
+
+
+def use_onnx(st: SentenceTransformer, quantized: bool) -> dict[str, Any]:
+    ort = _import_onnx()
+    transformer = _network(st)
+    network = transformer.model
+    sample = st.preprocess(["embedkit exports this network to ONNX", "with a padded second text"])
+    input_names = [name for name in TEXT_INPUTS if name in sample]
+    if input_names[:2] != ["input_ids", "attention_mask"]:
+        raise EmbedkitError(
+            "the onnx backends need a tokenizer that gives input_ids and attention_mask", field="backend"
+        )
+    key = network_key(network, input_names)
+    root = onnx_cache_root()
+    fp32 = _cached(root / f"{key}-fp32", lambda tmp: export_onnx(network, sample, input_names, tmp))
+    path, config = fp32, {"onnxruntime": ort.__version__, "opset": ONNX_OPSET, "export": "torch.onnx dynamo"}
+    if quantized:
+        preset, reduce_range = int8_preset(), not full_range()
+        path = _cached(root / f"{key}-int8-{preset}", lambda tmp: quantize_onnx(fp32, tmp, reduce_range))
+        config |= {
+            "quantization": "onnxruntime dynamic int8",
+            "preset": preset,
+            "per_channel": True,
+            "reduce_range": reduce_range,
+        }
+    transformer.model = OnnxNetwork(path, network.config, threads=torch.get_num_threads())
+    return config
