@@ -168,3 +168,28 @@ def test_yaml_config_rejects_unknown_settings_with_the_file(tmp_path):
         PretrainConfig.from_yaml(path)
     path.write_text("output: out\nobjective: dupmae\nmax_steps: 7\n")
     assert PretrainConfig.from_yaml(path, max_steps=9).max_steps == 9
+
+
+def test_pretraining_evaluates_the_encoder_on_a_dev_set(tiny_bert, scifact_subset, tmp_path):
+    output = tmp_path / "mlm"
+    config = PretrainConfig(
+        output=str(output),
+        objective="mlm",
+        model=str(tiny_bert),
+        dataset=str(scifact_subset),
+        batch_size=4,
+        max_steps=4,
+        max_length=32,
+        dev_dataset=str(scifact_subset),
+        dev_split="test",
+        eval_steps=2,
+    )
+    pretrain(config)
+    curve = pretraining_record(output)["dev_curve"]
+    assert [row["step"] for row in curve] == [2, 4]
+    scored = load_model(output, pooling="cls", max_length=32)
+    from embedkit import evaluate
+
+    final = evaluate(scored, scifact_subset, cache_dir=tmp_path / "c")["metrics"]["ndcg_at_10"]
+    assert curve[-1]["ndcg_at_10"] == pytest.approx(final, abs=1e-3)
+    assert "Dev evaluation during pretraining" in (output / "README.md").read_text()

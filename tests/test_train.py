@@ -238,3 +238,30 @@ def test_torchrun_ddp_training_on_two_cpu_processes(tiny_bert, triples, tmp_path
     record = training_record(tmp_path / "ddp")
     assert record["world_size"] == 2 and record["steps"] == 2
     assert load_model(tmp_path / "ddp", device="cpu").encode(["text"]).shape == (1, 64)
+
+
+def test_training_evaluates_on_a_dev_set_like_embedkit_evaluate(tiny_bert, triples, scifact_subset, tmp_path):
+    """The dev evaluator scores as `embedkit evaluate` does; its curve lands in the record and the generated card."""
+    output = tmp_path / "model"
+    config = TrainConfig(
+        output=str(output),
+        model=str(tiny_bert),
+        pooling="mean",
+        data=str(triples),
+        num_negatives=1,
+        batch_size=4,
+        max_steps=4,
+        learning_rate=1e-4,
+        dev_dataset=str(scifact_subset),
+        dev_split="test",
+        eval_steps=2,
+        max_length=64,
+    )
+    train(config)
+    curve = training_record(output)["dev_curve"]
+    assert [row["step"] for row in curve] == [2, 4]
+    final = evaluate(load_model(output), scifact_subset, cache_dir=tmp_path / "c")["metrics"]
+    assert curve[-1]["ndcg_at_10"] == pytest.approx(final["ndcg_at_10"], abs=1e-3)
+    assert curve[-1]["recall_at_100"] == pytest.approx(final["recall_at_100"], abs=1e-3)
+    card = (output / "README.md").read_text()
+    assert "Retrieval" in card and f"{curve[-1]['ndcg_at_10']:.4f}" in card  # sentence-transformers' own card

@@ -2,52 +2,46 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
+from embedkit.cli import run_options as run
+
 
 def pretrain(
-    config: Annotated[
-        Optional[Path], typer.Option("--config", "-c", help="YAML file of PretrainConfig settings.")
-    ] = None,
-    output: Annotated[Optional[str], typer.Option("--output", "-o", help="Encoder folder to write.")] = None,
+    config: run.Config = None,
+    output: run.Output = None,
     objective: Annotated[Optional[str], typer.Option(help="retromae | dupmae | mlm")] = None,
     model: Annotated[Optional[str], typer.Option("--model", "-m", help="BERT-like checkpoint to start from.")] = None,
     model_config: Annotated[
         Optional[str], typer.Option(help="Folder with config + tokenizer: start from random weights.")
     ] = None,
-    dataset: Annotated[Optional[str], typer.Option("--dataset", "-d", help="BEIR folder or name (its corpus).")] = None,
+    dataset: run.Dataset = None,
     data: Annotated[Optional[str], typer.Option(help="JSONL, .txt (one text a line) or datasets folder.")] = None,
-    corpus_limit: Annotated[Optional[int], typer.Option(help="Use the first N texts.")] = None,
-    max_length: Annotated[Optional[int], typer.Option(help="Tokens per text.")] = None,
+    corpus_limit: run.CorpusLimit = None,
+    max_length: run.MaxLength = None,
     masking: Annotated[Optional[str], typer.Option(help="random | whole_word | span | idf")] = None,
     encoder_mask_ratio: Annotated[Optional[float], typer.Option(help="Encoder mask ratio (RetroMAE 0.15-0.3).")] = None,
     decoder_mask_ratio: Annotated[Optional[float], typer.Option(help="Decoder mask ratio (RetroMAE 0.5-0.7).")] = None,
     decoder: Annotated[Optional[str], typer.Option(help="enhanced | plain")] = None,
     bow_weight: Annotated[Optional[float], typer.Option(help="DupMAE bag-of-words loss weight.")] = None,
-    batch_size: Annotated[Optional[int], typer.Option(help="Texts per batch (per device).")] = None,
-    epochs: Annotated[Optional[float], typer.Option(help="Epochs.")] = None,
-    max_steps: Annotated[Optional[int], typer.Option(help="Steps (overrides epochs).")] = None,
-    learning_rate: Annotated[Optional[float], typer.Option(help="Peak learning rate.")] = None,
-    scheduler: Annotated[Optional[str], typer.Option(help="linear | cosine | constant ...")] = None,
-    warmup_ratio: Annotated[Optional[float], typer.Option(help="Share of steps warming up.")] = None,
-    seed: Annotated[Optional[int], typer.Option(help="Seed.")] = None,
-    precision: Annotated[Optional[str], typer.Option(help="auto | fp32 | bf16 | fp16")] = None,
-    save_steps: Annotated[Optional[int], typer.Option(help="Checkpoint every N steps.")] = None,
-    logging_steps: Annotated[Optional[int], typer.Option(help="Log loss every N steps.")] = None,
-    resume: Annotated[
-        Optional[bool],
-        typer.Option(
-            help="Continue the unfinished run in OUTPUT.partial even if its settings differ (default: only if they "
-            "are the same); --no-resume starts again."
-        ),
-    ] = None,
-    overwrite: Annotated[
-        bool, typer.Option("--overwrite", help="Replace an earlier encoder (or unfinished run) in OUTPUT.")
-    ] = False,
-    data_dir: Annotated[Optional[str], typer.Option(help="Folder holding BEIR datasets by name.")] = None,
+    batch_size: run.BatchSize = None,
+    epochs: run.Epochs = None,
+    max_steps: run.MaxSteps = None,
+    learning_rate: run.LearningRate = None,
+    scheduler: run.Scheduler = None,
+    warmup_ratio: run.WarmupRatio = None,
+    seed: run.Seed = None,
+    precision: run.Precision = None,
+    dev_dataset: run.DevDataset = None,
+    dev_split: run.DevSplit = None,
+    eval_steps: run.EvalSteps = None,
+    save_steps: run.SaveSteps = None,
+    logging_steps: run.LoggingSteps = None,
+    resume: run.Resume = None,
+    overwrite: run.Overwrite = None,
+    data_dir: run.DataDir = None,
 ) -> None:
     """Pretrain a BERT-like encoder for retrieval and save a folder that [bold]embedkit train --model[/bold] fine-tunes.
 
@@ -58,7 +52,7 @@ def pretrain(
     from embedkit.pretrain.config import PretrainConfig
     from embedkit.settings_file import from_command_line
     from embedkit.storage import check_output_folder
-    from embedkit.train.run_folder import ENCODER_KIND
+    from embedkit.training.run_folder import ENCODER_KIND
 
     settings = from_command_line(PretrainConfig, config, dict(locals()))
     settings.check()

@@ -32,8 +32,9 @@ from embedkit.pretrain.masking import Masker
 from embedkit.pretrain.mlm import MaskedLM
 from embedkit.pretrain.retromae import RetroMAE
 from embedkit.storage import read_json, write_json, write_text
-from embedkit.train.arguments import shared_training_arguments
-from embedkit.train.run_folder import ENCODER_KIND, TrainingRun, partial_folder, prepare_run, run_lock
+from embedkit.training.arguments import shared_training_arguments
+from embedkit.training.evaluator import EncoderEvaluation, RetrievalEvaluator
+from embedkit.training.run_folder import ENCODER_KIND, TrainingRun, partial_folder, prepare_run, run_lock
 
 RECORD = "embedkit_pretraining.json"
 
@@ -132,6 +133,17 @@ def _number(value: float | None) -> str:
     return "not logged" if value is None else f"{value:.4f}"
 
 
+def _dev_lines(curve: list[dict[str, float]]) -> list[str]:
+    """The dev evaluation during pretraining, as a table of the card."""
+    if not curve:
+        return []
+    metrics = [key for key in curve[0] if key != "step"]
+    lines = ["", "Dev evaluation during pretraining (CLS pooling, exact search, trec_eval metrics):", ""]
+    lines += ["| step | " + " | ".join(metrics) + " |", "| --- |" + " --- |" * len(metrics)]
+    lines += [f"| {row['step']} | " + " | ".join(f"{row[m]:.4f}" for m in metrics) + " |" for row in curve]
+    return lines
+
+
 def _card(record: dict[str, Any]) -> str:
     config = record["config"]
     rows = [f"| {k} | `{v!r}` |" for k, v in config.items()]
@@ -155,6 +167,7 @@ def _card(record: dict[str, Any]) -> str:
         f"- started from: {record['base_model']}" + (" (random init)" if config["model_config"] else ""),
         f"- wall time: {record['train_seconds']:.0f} s; {record['tokens_per_second']:.0f} tokens/s",
         f"- logged loss: first {_number(record['first_loss'])}, last {_number(record['last_loss'])}",
+        *_dev_lines(record.get("dev_curve") or []),
         "",
         "| setting | value |",
         "| --- | --- |",
@@ -168,7 +181,7 @@ def pretrain(config: PretrainConfig, dataset: datasets.Dataset | None = None) ->
     """Pretrain and save to ``config.output``; ``dataset`` (a ``datasets.Dataset`` with ``text``) replaces a path.
 
     Checkpoints go to ``OUTPUT.partial``; the finished encoder takes ``OUTPUT``'s place in one step (see
-    ``embedkit.train.run_folder``).
+    ``embedkit.training.run_folder``).
     """
     config.check(has_dataset_object=dataset is not None)
     output = Path(config.output)
@@ -219,6 +232,12 @@ def _pretrain_run(
         processing_class=tokenizer,
         progress=progress,
     )
+    dev = None
+    if config.dev_dataset:  # the encoder as it will be loaded (CLS pooling), scored on a dev set as it trains
+        evaluator = RetrievalEvaluator.of(config.dev_dataset, config.dev_split, config.data_dir)
+        every = config.eval_steps or config.save_steps
+        dev = EncoderEvaluation(evaluator, encoder, tokenizer, "cls", config.max_length, every)
+        trainer.add_callback(dev)
     result = trainer.train(resume_from_checkpoint=run.resume_from)
     if not trainer.is_world_process_zero():
         return run.output
@@ -242,6 +261,7 @@ def _pretrain_run(
         "first_loss": history[0]["loss"] if history else None,
         "last_loss": history[-1]["loss"] if history else None,
         "loss_history": history,
+        "dev_curve": [] if dev is None else dev.history,
         "resumed_from": run.resume_from and Path(run.resume_from).name,
         "settings_changed_on_resume": run.changed_on_resume,
         "world_size": args.world_size,

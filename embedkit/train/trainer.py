@@ -14,14 +14,16 @@ from sentence_transformers.base.sampler import BatchSamplers
 
 from embedkit.data.beir import load_dataset
 from embedkit.environment import library_versions
+from embedkit.evaluation.pipeline import evaluate
 from embedkit.models.loading import load_model
 from embedkit.storage import read_json, write_json, write_text
-from embedkit.train.arguments import shared_training_arguments
 from embedkit.train.config import TrainConfig
 from embedkit.train.data import beir_pairs, load_jsonl_examples
 from embedkit.train.losses import build_loss
-from embedkit.train.run_folder import MODEL_KIND, TrainingRun, partial_folder, prepare_run, run_lock
 from embedkit.train.unsupervised import cropping_pairs, simcse_pairs
+from embedkit.training.arguments import shared_training_arguments
+from embedkit.training.evaluator import RetrievalEvaluator
+from embedkit.training.run_folder import MODEL_KIND, TrainingRun, partial_folder, prepare_run, run_lock
 
 RECORD = "embedkit_training.json"
 
@@ -67,12 +69,14 @@ def train(config: TrainConfig) -> Path:
     """Train and save to ``config.output``; returns the folder (loadable by ``SentenceTransformer`` and embedkit).
 
     Checkpoints go to ``OUTPUT.partial``; the finished model takes ``OUTPUT``'s place in one step (see
-    ``embedkit.train.run_folder`` for when a rerun resumes, is refused, or finds the work done).
+    ``embedkit.training.run_folder`` for when a rerun resumes, is refused, or finds the work done).
     """
     config.check()
     output = Path(config.output)
+    evaluation = {"eval_strategy": "steps", "eval_steps": config.eval_steps or config.save_steps}
     args = SentenceTransformerTrainingArguments(
         **shared_training_arguments(config, partial_folder(output) / "checkpoints"),
+        **(evaluation if config.dev_dataset else {}),
         batch_sampler=BatchSamplers.NO_DUPLICATES if config.objective == "supervised" else BatchSamplers.BATCH_SAMPLER,
         disable_tqdm=False,
     )
@@ -100,7 +104,12 @@ def _train_run(config: TrainConfig, run: TrainingRun, args: SentenceTransformerT
         matryoshka_dims=config.matryoshka_dims,
         gather_across_devices=args.world_size > 1,
     )
-    trainer = SentenceTransformerTrainer(model=model.st, args=args, train_dataset=examples, loss=loss)
+    evaluator = (
+        RetrievalEvaluator.of(config.dev_dataset, config.dev_split, config.data_dir) if config.dev_dataset else None
+    )
+    trainer = SentenceTransformerTrainer(
+        model=model.st, args=args, train_dataset=examples, loss=loss, evaluator=evaluator
+    )
     result = trainer.train(resume_from_checkpoint=run.resume_from)
     if not trainer.is_world_process_zero():
         return run.output
@@ -118,14 +127,13 @@ def _train_run(config: TrainConfig, run: TrainingRun, args: SentenceTransformerT
         "train_seconds": result.metrics.get("train_runtime", 0.0),
         "train_loss": result.metrics.get("train_loss"),
         "loss_history": [row["loss"] for row in trainer.state.log_history if "loss" in row],
+        "dev_curve": dev_curve(trainer.state.log_history, evaluator),
         "resumed_from": run.resume_from and Path(run.resume_from).name,
         "settings_changed_on_resume": run.changed_on_resume,
         "world_size": args.world_size,
         "library_versions": library_versions(),
     }
     if config.eval_dataset:
-        from embedkit.evaluation.pipeline import evaluate
-
         report = evaluate(load_model(staging), config.eval_dataset, split=config.eval_split, data_dir=config.data_dir)
         record["evaluation"] = {
             "dataset": config.eval_dataset,
@@ -137,6 +145,21 @@ def _train_run(config: TrainConfig, run: TrainingRun, args: SentenceTransformerT
     card = staging / "README.md"
     write_text(card, (card.read_text() if card.is_file() else f"# {run.output.name}\n") + _card_section(record))
     return run.commit()
+
+
+def dev_curve(log_history: list[dict[str, Any]], evaluator: RetrievalEvaluator | None) -> list[dict[str, Any]]:
+    """The dev metrics logged at each evaluation step (the Trainer prefixes them ``eval_``)."""
+    if evaluator is None:
+        return []
+    prefix = f"eval_{evaluator.name}_"
+    return [
+        {
+            "step": row["step"],
+            **{key.removeprefix(prefix): value for key, value in row.items() if key.startswith(prefix)},
+        }
+        for row in log_history
+        if any(key.startswith(prefix) for key in row)
+    ]
 
 
 def training_record(folder: str | Path) -> dict[str, Any]:

@@ -1,0 +1,71 @@
+"""``RunConfig``: the settings every training run shares, loadable from YAML and recorded with the model.
+
+``TrainConfig`` and ``PretrainConfig`` extend it; the CLI options of the shared fields are declared once
+(``embedkit.cli.options``) and the YAML keys are the field names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from embedkit.errors import EmbedkitError
+from embedkit.settings_file import from_yaml
+
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+Config = TypeVar("Config", bound="RunConfig")
+
+
+@dataclass
+class RunConfig:
+    output: str
+    model: str | None = None
+    dataset: str | None = None  # BEIR folder or name
+    data: str | None = None  # a file of examples or texts instead of a dataset
+    corpus_limit: int | None = None  # use the first N documents or texts
+    max_length: int | None = None  # tokens per text
+    batch_size: int = 32
+    epochs: float = 1.0
+    max_steps: int = -1
+    learning_rate: float = 2e-5
+    scheduler: str = "linear"
+    warmup_ratio: float = 0.1
+    weight_decay: float = 0.01
+    seed: int = 42
+    precision: str = "auto"  # auto | fp32 | bf16 | fp16
+    save_steps: int = 500
+    save_total_limit: int = 2
+    logging_steps: int = 10
+    dev_dataset: str | None = None  # BEIR folder or name evaluated during training (nDCG@10 and more)
+    dev_split: str = "dev"
+    eval_steps: int | None = None  # evaluate on the dev set every N steps (default: save_steps)
+    resume: bool | None = None  # None: resume an unfinished run only if its settings are these; True: resume anyway
+    overwrite: bool = False  # replace an earlier output or unfinished run in OUTPUT
+    data_dir: str | None = None
+
+    def check(self) -> None:
+        """The checks every run shares: steps, batch, learning rate, schedule, precision."""
+        if self.precision not in PRECISIONS:
+            raise EmbedkitError(f"unknown precision '{self.precision}' ({' | '.join(PRECISIONS)})", field="precision")
+        for name in ("batch_size", "save_steps", "logging_steps", "save_total_limit"):
+            if getattr(self, name) < 1:
+                raise EmbedkitError(f"must be at least 1, not {getattr(self, name)}", field=name)
+        for name in ("corpus_limit", "max_length", "eval_steps"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise EmbedkitError(f"must be at least 1, not {value}", field=name)
+        if self.epochs <= 0:
+            raise EmbedkitError(f"must be > 0, not {self.epochs}", field="epochs")
+        if self.max_steps != -1 and self.max_steps < 1:
+            raise EmbedkitError(f"must be -1 (use epochs) or at least 1, not {self.max_steps}", field="max_steps")
+        if self.learning_rate <= 0:
+            raise EmbedkitError(f"must be > 0, not {self.learning_rate}", field="learning_rate")
+        if not 0 <= self.warmup_ratio < 1:
+            raise EmbedkitError(f"must be in [0, 1), not {self.warmup_ratio}", field="warmup_ratio")
+        if self.eval_steps is not None and not self.dev_dataset:
+            raise EmbedkitError("evaluating during training needs --dev-dataset", field="eval_steps")
+
+    @classmethod
+    def from_yaml(cls: type[Config], path: str | Path, **overrides: Any) -> Config:
+        return from_yaml(cls, path, **overrides)
