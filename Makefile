@@ -39,6 +39,7 @@ demo: $(VENV)/.installed
 
 test: $(VENV)/.installed-dev /usr/bin/chromium /usr/bin/strace
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -m "not slow"
 
 test-slow: $(VENV)/.installed-dev

@@ -20,6 +20,11 @@ _EXPORTS = {
     "EmbedkitError": "embedkit.errors",
     "compute_metrics": "embedkit.evaluation",
     "evaluate": "embedkit.evaluation",
+    "EvaluateOptions": "embedkit.evaluation",
+    "BM25": "embedkit.search",
+    "Dense": "embedkit.search",
+    "Fusion": "embedkit.search",
+    "Hybrid": "embedkit.search",
     "Index": "embedkit.index",
     "PartitionedIndex": "embedkit.index",
     "ShardedIndex": "embedkit.index",
@@ -32,10 +37,15 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "BM25",
     "BeirDataset",
+    "Dense",
     "EmbeddingModel",
     "EmbeddingsFolder",
     "EmbedkitError",
+    "EvaluateOptions",
+    "Fusion",
+    "Hybrid",
     "Index",
     "PartitionedIndex",
     "ShardedIndex",
@@ -58,7 +68,7 @@ if TYPE_CHECKING:
     from embedkit.data import BeirDataset, load_dataset, read_run, write_run
     from embedkit.encode import EmbeddingsFolder, encode_to_folder
     from embedkit.errors import EmbedkitError
-    from embedkit.evaluation import compute_metrics, evaluate
+    from embedkit.evaluation import EvaluateOptions, compute_metrics, evaluate
     from embedkit.index import Index, PartitionedIndex, ShardedIndex, load_index
     from embedkit.models import EmbeddingModel, load_model
-    from embedkit.search import dense_search
+    from embedkit.search import BM25, Dense, Fusion, Hybrid, dense_search

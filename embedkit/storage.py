@@ -1,27 +1,18 @@
-"""Writing outputs without ever losing what was there.
+"""Writing and reading files without ever leaving a half-written one: atomic writes, JSON, ``.npy``, checksums.
 
-- A file is written beside its target and renamed over it (``atomic_open``): a kill leaves the old file or the new.
-- A folder is built beside its target and swapped in whole (``replace_folder``). On Linux the swap is one
-  ``renameat2(RENAME_EXCHANGE)``, so at every instant the path holds the old folder or the new one, complete;
-  elsewhere it is two renames, and a kill between them is repaired by the next writer (``recover``).
-- An existing output is replaced only when it is an embedkit output of the same kind, and only when the caller
-  says so (``--overwrite``); a folder embedkit did not write is never replaced (``check_output_folder``).
-- Writers of one output are serialised by a real file lock (``output_lock``).
-- Everything honours the umask, as plain ``open`` and ``mkdir`` do (``mkstemp``/``mkdtemp`` would give 0600/0700).
+A file is written beside its target and renamed over it (``atomic_open``), so a kill leaves the old file or the new
+one; new files honour the umask as plain ``open`` does (``mkstemp`` would give 0600). Folders, and which existing
+outputs may be replaced at all, are ``embedkit.outputs``'s.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import errno
 import hashlib
 import json
-import logging
 import os
 import secrets
-import shutil
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -29,29 +20,16 @@ import numpy as np
 
 from embedkit.errors import EmbedkitError
 
-logger = logging.getLogger(__name__)
-
 LOCK_SUFFIX = ".embedkit-lock"
 NEW_MARK = ".embedkit-new."
 OLD_MARK = ".embedkit-old."
-# The file in each kind of embedkit output folder whose "format" field says what wrote it ("embedkit.<kind>/<n>").
-MARKER_FILES = (
-    "meta.json",
-    "report.json",
-    "manifest.json",
-    "compare.json",
-    "embedkit_training.json",
-    "embedkit_pretraining.json",
-    "reproduce.json",
-)
-_held_locks: set[Path] = set()
 
 
-def _token() -> str:
+def token() -> str:
     return secrets.token_hex(4)
 
 
-def _fsync_folder(folder: Path) -> None:
+def fsync_folder(folder: Path) -> None:
     """Make a rename in ``folder`` durable (a no-op where folders cannot be opened)."""
     try:
         fd = os.open(folder, os.O_RDONLY)
@@ -75,7 +53,7 @@ def atomic_open(path: str | Path, mode: str = "w") -> Iterator[IO[Any]]:
     """Open a new file beside ``path``; rename it over ``path`` only if the block succeeds."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f".{path.name}.{_token()}.tmp"
+    tmp = path.parent / f".{path.name}.{token()}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # 0o666 & ~umask, as open() gives
     try:
         with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8", "newline": "\n"})) as handle:
@@ -156,212 +134,3 @@ def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
 
 def sha256_json(data: Any) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
-
-
-# --- which outputs may be replaced ---------------------------------------------------------------------------------
-
-
-def output_kind(folder: Path) -> str | None:
-    """``index``, ``report``, ``embeddings`` ... when ``folder`` is an embedkit output (by its marker's "format")."""
-    for name in MARKER_FILES:
-        marker = folder / name
-        if not marker.is_file():
-            continue
-        try:
-            found = json.loads(marker.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        fmt = found.get("format") if isinstance(found, dict) else None
-        if isinstance(fmt, str) and fmt.startswith("embedkit."):
-            return fmt.removeprefix("embedkit.").split("/")[0]
-    return None
-
-
-def _a(noun: str) -> str:
-    return f"{'an' if noun[0] in 'aeiou' else 'a'} {noun}"
-
-
-def _is_empty(folder: Path) -> bool:
-    return all(is_litter(entry.name) for entry in folder.iterdir())
-
-
-def check_parent(path: Path, flag: str = "--output") -> None:
-    """The folder that will hold ``path`` exists (or can be made) and is writable."""
-    parent = path.absolute().parent
-    while not parent.exists():
-        parent = parent.parent
-    if not parent.is_dir():
-        raise EmbedkitError("is a file, so nothing can be written under it", path=parent, field=flag)
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise EmbedkitError("no permission to write here", path=parent, field=flag)
-
-
-def check_output_folder(
-    path: str | Path,
-    kind: str | tuple[str, ...],
-    overwrite: bool = False,
-    *,
-    flag: str = "--output",
-    replaceable: Callable[[Path], bool] | None = None,
-) -> bool:
-    """Refuse to write a ``kind`` folder at ``path`` where that would lose data; True when one will be replaced.
-
-    A path that does not exist, or an empty folder, is free. An embedkit output of the same ``kind`` is replaced
-    with ``overwrite``, or without it when ``replaceable(path)`` says it is this command's own earlier output with
-    the same settings. Anything else (a file, a symbolic link, a folder of other files) is refused whatever the flags.
-    """
-    path = Path(path)
-    kinds = (kind,) if isinstance(kind, str) else kind
-    if path.is_symlink():
-        raise EmbedkitError("is a symbolic link; give the folder it points to", path=path, field=flag)
-    if not path.exists():
-        check_parent(path, flag)
-        return False
-    if not path.is_dir():
-        raise EmbedkitError(f"exists and is a file; give a path for a new {kinds[0]} folder", path=path, field=flag)
-    if not os.access(path.absolute().parent, os.W_OK | os.X_OK):
-        raise EmbedkitError("no permission to replace this folder", path=path, field=flag)
-    if _is_empty(path):
-        return True
-    found = output_kind(path)
-    if found not in kinds:
-        what = "files embedkit did not write" if found is None else f"embedkit {found}, not {_a(kinds[0])}"
-        raise EmbedkitError(f"holds {what}; embedkit will not replace it: choose another path", path=path, field=flag)
-    if not overwrite and not (replaceable is not None and replaceable(path)):
-        raise EmbedkitError(f"holds an earlier embedkit {found}; pass --overwrite to replace it", path=path, field=flag)
-    return True
-
-
-def check_output_file(
-    path: str | Path, overwrite: bool, recognise: Callable[[Path], bool], what: str, flag: str = "--output"
-) -> None:
-    """Refuse to write a file over anything but an earlier embedkit ``what`` (and that only with ``overwrite``)."""
-    path = Path(path)
-    if path.is_dir():
-        raise EmbedkitError(f"is a folder; give a path for the {what} file", path=path, field=flag)
-    if not path.exists():
-        check_parent(path, flag)
-        return
-    if not os.access(path.absolute().parent, os.W_OK | os.X_OK):
-        raise EmbedkitError("no permission to replace this file", path=path, field=flag)
-    if not recognise(path):
-        raise EmbedkitError(f"exists and is not an embedkit {what}; choose another path", path=path, field=flag)
-    if not overwrite:
-        raise EmbedkitError(f"holds an earlier {what}; pass --overwrite to replace it", path=path, field=flag)
-
-
-# --- locks and swaps -------------------------------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def output_lock(path: str | Path) -> Iterator[None]:
-    """Hold an exclusive lock on writing ``path`` (``flock`` on a file beside it, removed on release).
-
-    A second writer waits for the first. Re-entrant within a process. Where ``fcntl`` is missing it does nothing.
-    """
-    path = Path(path).absolute()
-    if path in _held_locks:
-        yield
-        return
-    try:
-        import fcntl
-    except ImportError:  # not POSIX
-        yield
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    lock = path.parent / f".{path.name}{LOCK_SUFFIX}"
-    while True:
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
-            logger.warning("waiting for another embedkit process (pid %s) writing %s", holder, path)
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        try:  # the holder we waited for may have removed the file: then lock the new one
-            if os.stat(lock).st_ino == os.fstat(fd).st_ino:
-                break
-        except FileNotFoundError:
-            pass
-        os.close(fd)
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, str(os.getpid()).encode(), 0)
-    _held_locks.add(path)
-    try:
-        yield
-    finally:
-        _held_locks.discard(path)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(lock)
-        os.close(fd)
-
-
-def _exchange(a: Path, b: Path) -> bool:
-    """Swap two paths in one step (Linux ``renameat2(RENAME_EXCHANGE)``); False where the system cannot."""
-    try:
-        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
-    except (AttributeError, OSError, TypeError):
-        return False
-    at_fdcwd, rename_exchange = -100, 2
-    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
-        return True
-    code = ctypes.get_errno()
-    if code in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
-        return False
-    raise OSError(code, os.strerror(code), str(a), None, str(b))
-
-
-def commit_folder(new: Path, target: Path) -> None:
-    """Put the complete folder ``new`` at ``target`` in one step, then delete what was there before."""
-    if not os.path.lexists(target):
-        os.rename(new, target)
-    elif _exchange(new, target):
-        shutil.rmtree(new)  # it holds the old folder now
-    else:  # two renames; ``recover`` restores the old folder if a kill falls between them
-        old = target.parent / f".{target.name}{OLD_MARK}{_token()}"
-        os.rename(target, old)
-        os.rename(new, target)
-        shutil.rmtree(old)
-    _fsync_folder(target.parent)
-
-
-def recover(target: Path) -> None:
-    """Repair what a killed write of ``target`` left: restore a folder moved aside, delete temporary folders.
-
-    Call it holding ``output_lock(target)``, so no live writer's temporary folder is touched.
-    """
-    prefix = f".{target.name}"
-    leftovers = [p for p in target.parent.glob(f"{prefix}.embedkit-*") if not p.name.endswith(LOCK_SUFFIX)]
-    olds = sorted((p for p in leftovers if p.name.startswith(prefix + OLD_MARK)), key=lambda p: p.stat().st_mtime)
-    if olds and not os.path.lexists(target):
-        os.rename(olds[-1], target)
-        leftovers.remove(olds[-1])
-    for leftover in leftovers:
-        shutil.rmtree(leftover, ignore_errors=True)
-
-
-@contextlib.contextmanager
-def replace_folder(
-    path: str | Path,
-    kind: str | tuple[str, ...],
-    overwrite: bool = False,
-    *,
-    replaceable: Callable[[Path], bool] | None = None,
-) -> Iterator[Path]:
-    """A new folder to fill beside ``path``; when the block succeeds it takes ``path``'s place in one step.
-
-    The old folder (if any) must pass ``check_output_folder``; a failed block leaves it untouched and no temporary
-    folder behind. The write holds ``output_lock(path)``.
-    """
-    path = Path(path).absolute()
-    with output_lock(path):
-        recover(path)
-        check_output_folder(path, kind, overwrite, replaceable=replaceable)
-        new = path.parent / f".{path.name}{NEW_MARK}{_token()}"
-        os.mkdir(new)  # 0o777 & ~umask
-        try:
-            yield new
-            commit_folder(new, path)
-        except BaseException:
-            shutil.rmtree(new, ignore_errors=True)
-            raise

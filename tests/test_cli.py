@@ -71,10 +71,10 @@ def test_evaluate_writes_the_report_folder(pipeline, scifact_subset):
         "type": "dense",
         "factory": "Flat",
         "metric": "ip",
-        "search_params": {},
-        "k": 1000,
-        "ignore_identical_ids": False,
+        "nprobe": None,
+        "ef_search": None,
     }
+    assert report["retrieval"] == {"k": 1000, "ignore_identical_ids": False, "search_params": {}}
     assert {"torch", "faiss-cpu", "sentence-transformers", "transformers"} <= set(report["library_versions"])
     assert report["dataset"]["doc_text"].startswith("(title + ' ' + text)")
     assert len(json.loads((folder / "per_query.json").read_text())) == 20

@@ -50,7 +50,7 @@ def test_hybrid_interpolation_records_its_weights(scifact_subset, tmp_path):
     (folder,) = tmp_path.iterdir()
     report = json.loads((folder / "report.json").read_text())
     fusion = report["retriever"]["fusion"]
-    assert fusion == {"method": "interpolation", "depth": 100, "runs": ["dense", "bm25"], "weights": [0.7, 0.3]}
+    assert fusion == {"method": "interpolation", "weights": [0.7, 0.3], "depth": 100, "rrf_k": 60}
     assert set(report["component_metrics"]) == {"dense", "bm25"}
     assert "Metrics of the bm25 run alone" in (folder / "report.md").read_text()
 

@@ -15,7 +15,7 @@ import pytest
 from conftest import TEST_CACHE
 from test_cli import _one_line_error, embedkit
 
-from embedkit import EmbedkitError, evaluate
+from embedkit import EmbedkitError, EvaluateOptions, evaluate
 from embedkit.integrations.mteb import IndexBackend, MtebEncoder, beir_task, evaluate_mteb
 
 
@@ -32,7 +32,8 @@ def test_adapters_satisfy_mteb_protocols(default_model):
 
 def test_mteb_on_scifact_matches_embedkit(default_model, scifact, scifact_report, tmp_path):
     """Acceptance: the same nDCG@10 to 1e-4; MTEB's result JSON is written beside embedkit's report."""
-    report = evaluate(default_model, scifact, "test", output=tmp_path, cache_dir=TEST_CACHE, harness="mteb")
+    options = EvaluateOptions(harness="mteb")
+    report = evaluate(default_model, scifact, "test", output=tmp_path, cache_dir=TEST_CACHE, options=options)
     mteb = report["mteb"]
     assert mteb["task"] == "SciFact" and mteb["ndcg_at_10"] == pytest.approx(report["metrics"]["ndcg_at_10"], abs=1e-4)
     assert mteb["recall_at_100"] == pytest.approx(report["metrics"]["recall_at_100"], abs=1e-4)

@@ -24,8 +24,8 @@ def test_whole_scifact_corpus_matches_sentence_transformers(scifact_embeddings, 
 def test_hnsw_evaluation_is_close_to_exact(default_model, scifact, scifact_report, tmp_path):
     from conftest import TEST_CACHE
 
-    from embedkit import evaluate
+    from embedkit import Dense, evaluate
 
-    hnsw = evaluate(default_model, scifact, factory="HNSW32", ef_search=256, cache_dir=TEST_CACHE)
+    hnsw = evaluate(default_model, scifact, "test", Dense("HNSW32", ef_search=256), cache_dir=TEST_CACHE)
     assert hnsw["embeddings_cache"]["encoded_shards"] == 0
     assert hnsw["metrics"]["ndcg_at_10"] == pytest.approx(scifact_report["metrics"]["ndcg_at_10"], abs=0.005)

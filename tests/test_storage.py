@@ -16,15 +16,8 @@ from pathlib import Path
 import pytest
 
 from embedkit.errors import EmbedkitError
-from embedkit.storage import (
-    OLD_MARK,
-    check_output_folder,
-    read_lines,
-    recover,
-    replace_folder,
-    write_lines,
-    write_text,
-)
+from embedkit.outputs import check_output_folder, recover, replace_folder
+from embedkit.storage import OLD_MARK, read_lines, write_lines, write_text
 
 
 def _index_folder(path: Path, marker: str = "old") -> Path:
@@ -145,7 +138,7 @@ def test_the_lock_serialises_two_processes(tmp_path):
     script = textwrap.dedent(
         """
         import sys, time
-        from embedkit.storage import output_lock
+        from embedkit.outputs import output_lock
         with output_lock(sys.argv[1]):
             start = time.monotonic()
             time.sleep(1.0)

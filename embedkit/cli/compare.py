@@ -27,7 +27,7 @@ def compare(
 
     Example: [bold]embedkit compare runs/scifact__bm25__bm25s__test runs/scifact__all-MiniLM-L6-v2__Flat__test[/bold]
     """
-    from embedkit.storage import check_output_folder
+    from embedkit.outputs import check_output_folder
 
     opt.at_least(resamples, 1, "--resamples")
     opt.at_least(top, 0, "--top")

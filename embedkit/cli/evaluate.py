@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -72,7 +72,7 @@ def evaluate(
 
     Example: [bold]embedkit evaluate --dataset scifact --output runs --retriever hybrid[/bold]
     """
-    from embedkit.storage import check_parent
+    from embedkit.outputs import check_parent
 
     opt.one_of(retriever, ("dense", "bm25", "hybrid"), "--retriever")
     opt.one_of(harness, ("embedkit", "mteb"), "--harness")
@@ -100,41 +100,49 @@ def evaluate(
         opt.refuse_unused({"--fusion-weights": fusion_weights}, "with rrf fusion (weights are for interpolation)")
     if harness == "mteb" and retriever != "dense":
         raise EmbedkitError(f"the mteb harness runs dense retrieval, not {retriever}", field="--harness")
+    retriever_spec = spec_from_flags(retriever, dense, lexical, fused, weights)
     check_parent(output / "report")
     from embedkit.data.beir import load_dataset
 
     data = load_dataset(dataset, data_dir=data_dir)  # read and check the data files before any model is loaded
     data.split_queries(split)
     data.describe()
+    from embedkit.evaluation.pipeline import EvaluateOptions
     from embedkit.evaluation.pipeline import evaluate as run_evaluation
     from embedkit.report.markdown import render_markdown
 
-    defaults = {"factory": "Flat", "metric": "ip", "bm25_backend": "bm25s", "k1": 0.9, "b": 0.4}
-    chosen = {"factory": factory, "metric": metric, "bm25_backend": bm25_backend, "k1": bm25_k1, "b": bm25_b}
-    chosen |= {"fusion": fusion, "fusion_depth": fusion_depth, "rrf_k": rrf_k}
-    settings = {**defaults, **{name: value for name, value in chosen.items() if value is not None}}
     report = run_evaluation(
         options.load() if retriever in ("dense", "hybrid") else None,
         data,
-        split=split,
-        k=k,
+        split,
+        retriever_spec,
         output=output,
-        ignore_identical_ids=ignore_identical_ids,
-        nprobe=nprobe,
-        ef_search=ef_search,
-        data_dir=data_dir,
+        k=k,
         cache_dir=cache_dir,
-        retriever=retriever,
-        fusion_weights=weights,
-        harness=harness,
-        mteb_task=mteb_task,
-        overwrite=overwrite,
-        **settings,
+        options=EvaluateOptions(ignore_identical_ids, harness, mteb_task, data_dir, overwrite),
     )
     typer.echo(render_markdown(report))
     if "mteb" in report:
         typer.echo(f"MTEB {report['mteb']['task']} nDCG@10 = {report['mteb']['ndcg_at_10']:.4f}")
     typer.echo(f"nDCG@10 = {report['metrics']['ndcg_at_10']:.4f}; report written to {report['folder']}")
+
+
+def spec_from_flags(
+    kind: str, dense: dict[str, Any], lexical: dict[str, Any], fused: dict[str, Any], weights: list[float] | None
+) -> Any:
+    """The ``Retriever`` the flags describe; each flag sets the spec field of the same name (``--bm25-k1`` is
+    ``BM25.k1``, ``--fusion-depth`` is ``Fusion.depth``), and a flag not given keeps the field's default."""
+    from embedkit.search.retriever import BM25, Dense, Fusion, Hybrid
+
+    def given(flags: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+        fields = {flag.removeprefix("--").removeprefix(prefix).replace("-", "_"): v for flag, v in flags.items()}
+        return {name: value for name, value in fields.items() if value is not None}
+
+    fusion = given({**fused, "--fusion-method": fused["--fusion"], "--fusion-weights": weights}, "fusion-")
+    fusion.pop("fusion", None)
+    dense_spec, bm25_spec = Dense(**given(dense)), BM25(**given(lexical, "bm25-"))
+    specs = {"dense": dense_spec, "bm25": bm25_spec, "hybrid": Hybrid(dense_spec, bm25_spec, Fusion(**fusion))}
+    return specs[kind].check()
 
 
 def parse_weights(text: str | None) -> list[float] | None:

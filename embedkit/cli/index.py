@@ -41,7 +41,7 @@ def index(
     Example: [bold]embedkit index -e emb/scifact -o idx/scifact-hnsw --factory HNSW32 --ef-search 128[/bold]
     """
     from embedkit.errors import EmbedkitError
-    from embedkit.storage import check_output_folder
+    from embedkit.outputs import check_output_folder
 
     num_partitions = opt.renamed(num_partitions, num_shards, "--num-partitions", "--num-shards")
     opt.one_of(metric, ("ip", "l2"), "--metric")

@@ -38,7 +38,7 @@ def mine(
     Example: [bold]embedkit mine --dataset scifact --split train --output mined/scifact.jsonl[/bold]
     """
     from embedkit.errors import EmbedkitError
-    from embedkit.storage import check_output_file
+    from embedkit.outputs import check_output_file
 
     opt.at_least(range_min, 1, "--range-min")
     opt.at_least(num_negatives, 1, "--num-negatives")

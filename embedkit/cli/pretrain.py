@@ -49,9 +49,9 @@ def pretrain(
 
     Example: [bold]embedkit pretrain --objective retromae --dataset scifact --max-steps 1000 -o models/retromae[/bold]
     """
+    from embedkit.outputs import check_output_folder
     from embedkit.pretrain.config import PretrainConfig
     from embedkit.settings_file import from_command_line
-    from embedkit.storage import check_output_folder
     from embedkit.training.run_folder import ENCODER_KIND
 
     settings = from_command_line(PretrainConfig, config, dict(locals()))

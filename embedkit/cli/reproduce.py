@@ -28,7 +28,7 @@ def reproduce(
 
     Example: [bold]embedkit reproduce --only bm25-flat.scifact --only all-minilm-l6-v2.scifact[/bold]
     """
-    from embedkit.storage import check_output_folder
+    from embedkit.outputs import check_output_folder
 
     if not list_only:  # the folder gathers one report folder per condition and the table: never someone else's
         check_output_folder(output, "reproduction", overwrite=True)

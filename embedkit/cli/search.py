@@ -37,7 +37,7 @@ def search(
     """
     from embedkit.data.trec import looks_like_run
     from embedkit.errors import EmbedkitError
-    from embedkit.storage import check_output_file
+    from embedkit.outputs import check_output_file
 
     if (dataset is None) == (queries is None):
         raise EmbedkitError("give exactly one of --dataset or --queries")

@@ -58,8 +58,8 @@ def train(
     Example: [bold]embedkit train --dataset scifact --data mined/scifact.jsonl --num-negatives 1 -o models/ft[/bold]
     """
     from embedkit.errors import EmbedkitError
+    from embedkit.outputs import check_output_folder
     from embedkit.settings_file import from_command_line
-    from embedkit.storage import check_output_folder
     from embedkit.train.config import TrainConfig
     from embedkit.training.run_folder import MODEL_KIND
 

@@ -10,7 +10,8 @@ import re
 from pathlib import Path
 
 from embedkit.errors import EmbedkitError
-from embedkit.storage import check_parent, is_litter
+from embedkit.outputs import check_parent
+from embedkit.storage import is_litter
 
 MANIFEST = "manifest.json"
 FORMAT = "embedkit.embeddings/1"

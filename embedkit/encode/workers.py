@@ -13,7 +13,8 @@ from typing import Any
 from embedkit.encode.folder import EmbeddingsFolder, differences, key_of, read_manifest, shard_is_intact
 from embedkit.encode.layout import FORMAT, MANIFEST, PART_PATTERN, check_worker, part_name, shard_block
 from embedkit.errors import EmbedkitError
-from embedkit.storage import output_lock, write_json
+from embedkit.outputs import output_lock
+from embedkit.storage import write_json
 
 
 def parts_ready(folder: Path, key: dict[str, Any], num_workers: int) -> bool:

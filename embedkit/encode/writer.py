@@ -19,7 +19,8 @@ from embedkit.encode.layout import FORMAT, MANIFEST, check_embeddings_folder, ch
 from embedkit.encode.workers import merge_encoded_parts, parts_ready
 from embedkit.environment import library_versions
 from embedkit.errors import EmbedkitError
-from embedkit.storage import output_lock, save_npy, sha256_file, write_json, write_lines
+from embedkit.outputs import output_lock
+from embedkit.storage import save_npy, sha256_file, write_json, write_lines
 
 if TYPE_CHECKING:
     from embedkit.models.embedding_model import EmbeddingModel

@@ -36,7 +36,8 @@ from embedkit.index.faiss_helpers import (
 )
 from embedkit.index.rescore import rescore as exact_rescore
 from embedkit.index.vectors import Vectors
-from embedkit.storage import read_lines, replace_folder, sha256_file, write_json, write_lines
+from embedkit.outputs import replace_folder
+from embedkit.storage import read_lines, sha256_file, write_json, write_lines
 
 
 class Index:

@@ -28,7 +28,7 @@ from embedkit.index.faiss_helpers import (
 )
 from embedkit.index.faiss_index import Index
 from embedkit.index.vectors import Vectors
-from embedkit.storage import replace_folder
+from embedkit.outputs import replace_folder
 
 
 def _merge_blocks(trained: faiss.Index, blocks: list[Path], ivfdata: Path) -> faiss.Index:

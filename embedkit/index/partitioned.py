@@ -28,7 +28,8 @@ from embedkit.index.faiss_helpers import (
 from embedkit.index.faiss_index import Index
 from embedkit.index.ondisk import build_ondisk, check_ondisk_factory
 from embedkit.index.vectors import Vectors
-from embedkit.storage import replace_folder, write_json
+from embedkit.outputs import replace_folder
+from embedkit.storage import write_json
 
 
 class PartitionedIndex:

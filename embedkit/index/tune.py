@@ -15,11 +15,13 @@ from typing import Any
 import faiss
 import numpy as np
 
+from embedkit.data.beir import load_dataset
 from embedkit.errors import EmbedkitError
 from embedkit.index.faiss_helpers import check_model_settings, current_search_param, unwrap
 from embedkit.index.faiss_index import Index
 from embedkit.index.rescore import exact_search
 from embedkit.index.vectors import Vectors
+from embedkit.models.loading import load_model_from_settings
 
 EF_SEARCH_VALUES = (16, 32, 64, 128, 256, 512, 1024)
 
@@ -201,9 +203,6 @@ def dataset_query_vectors(
     model_settings: dict[str, Any], dataset: str, split: str | None = None, data_dir: str | Path | None = None
 ) -> tuple[np.ndarray, str]:
     """A dataset's queries encoded with the model recorded in the embeddings (its prompts and length limits)."""
-    from embedkit.data.beir import load_dataset
-    from embedkit.models.loading import load_model_from_settings
-
     data = load_dataset(dataset, data_dir=data_dir)
     texts = data.split_queries(split) if split else data.queries
     if not texts:

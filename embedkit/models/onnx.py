@@ -22,7 +22,8 @@ from sentence_transformers import SentenceTransformer
 from embedkit.data.resolve import cache_home
 from embedkit.errors import EmbedkitError
 from embedkit.models.int8 import full_range, int8_preset, quiet
-from embedkit.storage import NEW_MARK, commit_folder, output_lock, recover
+from embedkit.outputs import commit_folder, output_lock, recover
+from embedkit.storage import NEW_MARK
 
 # Bump when the exported graph changes, so cached exports made by an older embedkit are not reused.
 ONNX_EXPORT_FORMAT = 1

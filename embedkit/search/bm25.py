@@ -16,6 +16,7 @@ import numpy as np
 
 from embedkit.data.beir import BeirDataset, doc_text
 from embedkit.errors import EmbedkitError
+from embedkit.integrations.pyserini import LuceneBM25
 from embedkit.protocols import Run
 
 BACKENDS = ("bm25s", "pyserini")
@@ -24,7 +25,7 @@ DEFAULT_B = 0.4
 
 
 class LexicalSearcher(Protocol):
-    """A ``Searcher`` (see ``embedkit.protocols``) that also reports the settings that change its scores."""
+    """What a BM25 backend provides: top-k documents per query, and the settings that change its scores."""
 
     def search(self, queries: dict[str, str], k: int) -> Run: ...
 
@@ -117,8 +118,6 @@ def bm25_searcher(
         corpus = data.corpus
         return Bm25sSearcher.build(list(corpus["_id"]), [doc_text(row) for row in corpus], k1=k1, b=b)
     if backend == "pyserini":
-        from embedkit.integrations.pyserini import LuceneBM25
-
         if index_dir is None:
             raise EmbedkitError("the pyserini backend needs a folder for its Lucene index", field="index_dir")
         return LuceneBM25.open_or_build(data.corpus_file, index_dir, k1=k1, b=b)

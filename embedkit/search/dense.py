@@ -1,16 +1,23 @@
-"""Dense retrieval: encode queries, search the FAISS index, return a ``Run``."""
+"""Dense retrieval: encode queries, search a FAISS index, return a ``Run``; and ``DenseRetrieval``, the one path from
+a model and a corpus to that index.
+
+``evaluate``, ``mine`` and the MTEB harness all take the corpus's vectors from ``DenseRetrieval``, so one model and
+one corpus are encoded once between them (the embeddings cache key: ``embedkit.encode.cache``).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from pathlib import Path
 
+from embedkit.data.beir import BeirDataset
+from embedkit.encode.cache import cached_corpus_embeddings
+from embedkit.encode.folder import EmbeddingsFolder
+from embedkit.index.faiss_helpers import BuildSettings
+from embedkit.index.faiss_index import Index
+from embedkit.index.partitioned import PartitionedIndex
+from embedkit.models.embedding_model import EmbeddingModel
 from embedkit.protocols import Run
-
-if TYPE_CHECKING:  # type hints only: importing them here would close an import cycle through embedkit.report
-    from embedkit.index.faiss_index import Index
-    from embedkit.index.partitioned import PartitionedIndex
-    from embedkit.models.embedding_model import EmbeddingModel
+from embedkit.search.retriever import Dense
 
 
 def dense_search(
@@ -39,23 +46,29 @@ def dense_search(
     return run
 
 
-@dataclass
-class DenseSearcher:
-    """A model and an index as one ``Searcher`` (see ``embedkit.protocols``)."""
+class DenseRetrieval:
+    """A model over a dataset's corpus: its cached vectors, the index ``spec`` builds from them, searches of it."""
 
-    model: EmbeddingModel
-    index: Index | PartitionedIndex
-    ignore_identical_ids: bool = False
-    params: dict[str, int] = field(default_factory=dict)
+    def __init__(self, model: EmbeddingModel, spec: Dense | None = None, cache_dir: str | Path | None = None) -> None:
+        self.model = model
+        self.spec = (spec or Dense()).check()
+        self.cache_dir = cache_dir
+        self._embeddings: dict[str, EmbeddingsFolder] = {}
+        self._index: dict[str, Index] = {}
 
-    def search(self, queries: dict[str, str], k: int) -> Run:
-        return dense_search(
-            self.model,
-            self.index,
-            queries,
-            k,
-            ignore_identical_ids=self.ignore_identical_ids,
-            nprobe=self.params.get("nprobe"),
-            ef_search=self.params.get("efSearch"),
-            rescore=self.params.get("rescore"),
-        )
+    def embeddings(self, data: BeirDataset) -> EmbeddingsFolder:
+        """The corpus encoded by the model: from the cache, or encoded into it once (``encoded_shards`` says which)."""
+        if data.corpus_sha256 not in self._embeddings:
+            self._embeddings[data.corpus_sha256] = cached_corpus_embeddings(self.model, data, self.cache_dir)
+        return self._embeddings[data.corpus_sha256]
+
+    def index(self, data: BeirDataset) -> Index:
+        """The index of the corpus (built once per corpus and kept for further searches)."""
+        if data.corpus_sha256 not in self._index:
+            spec = self.spec
+            settings = BuildSettings(spec.factory, spec.metric, nprobe=spec.nprobe, ef_search=spec.ef_search)
+            self._index[data.corpus_sha256] = Index.from_vectors(self.embeddings(data), settings)
+        return self._index[data.corpus_sha256]
+
+    def search(self, data: BeirDataset, queries: dict[str, str], k: int, ignore_identical_ids: bool = False) -> Run:
+        return dense_search(self.model, self.index(data), queries, k, ignore_identical_ids=ignore_identical_ids)

@@ -16,11 +16,12 @@ from typing import Any
 import numpy as np
 
 from embedkit.data.beir import BeirDataset, doc_text
-from embedkit.encode.cache import cached_corpus_embeddings
 from embedkit.errors import EmbedkitError
-from embedkit.index.faiss_index import Index
 from embedkit.models.embedding_model import EmbeddingModel
-from embedkit.storage import check_output_file, output_lock, read_json, sha256_file, write_json, write_lines
+from embedkit.outputs import check_output_file, output_lock
+from embedkit.search.dense import DenseRetrieval
+from embedkit.search.retriever import Dense
+from embedkit.storage import read_json, sha256_file, write_json, write_lines
 
 MINED_FORMAT = "embedkit.mined/1"
 
@@ -54,10 +55,8 @@ def mine_hard_negatives(
     """
     settings.check()
     qrels = dataset.qrels(settings.split)
-    embedded = cached_corpus_embeddings(model, dataset, cache_dir)
-    vectors, ids = embedded.embeddings(), embedded.ids()
-    row_of = {doc_id: i for i, doc_id in enumerate(ids)}
-    index = Index.build(vectors, ids, factory=settings.factory)
+    index = DenseRetrieval(model, Dense(settings.factory), cache_dir).index(dataset)  # the shared cached encode
+    row_of = {doc_id: i for i, doc_id in enumerate(index.ids)}
     query_ids = list(qrels)
     query_vectors = model.encode_queries([dataset.queries[q] for q in query_ids])
     scores, hits = index.search(query_vectors, settings.range_max)
@@ -67,7 +66,7 @@ def mine_hard_negatives(
     for query_id, query_vector, row_scores, row_hits in zip(query_ids, query_vectors, scores, hits):
         relevant = {doc for doc, grade in qrels[query_id].items() if grade > 0}
         for positive_id in sorted(relevant):
-            positive_score = float(query_vector @ vectors[row_of[positive_id]])
+            positive_score = float(query_vector @ index.vectors.gather(np.array([row_of[positive_id]]))[0])
             ceiling = min(positive_score - settings.margin, positive_score * (1 - settings.relative_margin))
             window = [
                 (rank, doc_id, float(score))

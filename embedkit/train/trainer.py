@@ -14,7 +14,7 @@ from sentence_transformers.base.sampler import BatchSamplers
 
 from embedkit.data.beir import load_dataset
 from embedkit.environment import library_versions
-from embedkit.evaluation.pipeline import evaluate
+from embedkit.evaluation.pipeline import EvaluateOptions, evaluate
 from embedkit.models.loading import load_model
 from embedkit.storage import read_json, write_json, write_text
 from embedkit.train.config import TrainConfig
@@ -134,7 +134,8 @@ def _train_run(config: TrainConfig, run: TrainingRun, args: SentenceTransformerT
         "library_versions": library_versions(),
     }
     if config.eval_dataset:
-        report = evaluate(load_model(staging), config.eval_dataset, split=config.eval_split, data_dir=config.data_dir)
+        options = EvaluateOptions(data_dir=config.data_dir)
+        report = evaluate(load_model(staging), config.eval_dataset, config.eval_split, options=options)
         record["evaluation"] = {
             "dataset": config.eval_dataset,
             "split": config.eval_split,

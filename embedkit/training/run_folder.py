@@ -22,15 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from embedkit.errors import EmbedkitError
-from embedkit.storage import (
-    check_output_folder,
-    commit_folder,
-    output_kind,
-    output_lock,
-    read_json,
-    recover,
-    write_json,
-)
+from embedkit.outputs import check_output_folder, commit_folder, output_kind, output_lock, recover
+from embedkit.storage import read_json, write_json
 
 MODEL_KIND = "model"  # embedkit train's output
 ENCODER_KIND = "encoder"  # embedkit pretrain's output

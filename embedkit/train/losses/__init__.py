@@ -2,7 +2,6 @@
 embedkit adds only what it lacks (a learned temperature) and one ``build_loss`` that composes them."""
 
 from embedkit.train.losses.builder import LOSSES, build_loss
-from embedkit.train.losses.cross_device import cross_device_infonce
 from embedkit.train.losses.distillation import listwise_distillation
 from embedkit.train.losses.gradcache import gradcache_infonce
 from embedkit.train.losses.infonce import LearnedTemperatureInfoNCE, infonce
@@ -12,7 +11,6 @@ __all__ = [
     "LOSSES",
     "LearnedTemperatureInfoNCE",
     "build_loss",
-    "cross_device_infonce",
     "gradcache_infonce",
     "infonce",
     "listwise_distillation",

@@ -10,18 +10,7 @@ automatically: on whenever ``torch.distributed`` is initialised with more than o
 from __future__ import annotations
 
 import torch.distributed as dist
-from sentence_transformers import SentenceTransformer
-from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
-
-from embedkit.train.losses.infonce import infonce
 
 
 def is_distributed() -> bool:
     return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
-
-
-def cross_device_infonce(
-    model: SentenceTransformer, temperature: float = 0.05, symmetric: bool = False
-) -> MultipleNegativesRankingLoss:
-    """InfoNCE with negatives gathered from every process of the global batch."""
-    return infonce(model, temperature=temperature, symmetric=symmetric, gather_across_devices=True)

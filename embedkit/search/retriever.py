@@ -1,0 +1,145 @@
+"""A first-stage retriever as one typed value: ``Dense``, ``BM25`` or ``Hybrid`` (both, fused).
+
+The CLI builds it from its flags, ``embedkit.evaluate`` takes it, the reproduction YAML writes it under
+``retriever:`` with the same field names, and a report records it as ``to_dict`` gives it, so
+``from_dict(report["retriever"])`` is the very spec that made the report.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, ClassVar, Union
+
+from embedkit.errors import EmbedkitError
+from embedkit.settings_file import build
+
+FUSIONS = ("rrf", "interpolation")
+BM25_BACKENDS = ("bm25s", "pyserini")
+
+
+def _choose(value: str, choices: tuple[str, ...], name: str) -> None:
+    if value not in choices:
+        raise EmbedkitError(f"unknown value '{value}' (choose from {', '.join(choices)})", field=name)
+
+
+@dataclass(frozen=True)
+class Dense:
+    """The model's vectors in a FAISS index (any factory string) searched with ``metric``."""
+
+    factory: str = "Flat"
+    metric: str = "ip"
+    nprobe: int | None = None
+    ef_search: int | None = None
+    type: ClassVar[str] = "dense"
+
+    def check(self) -> Dense:
+        _choose(self.metric, ("ip", "l2"), "metric")
+        for name in ("nprobe", "ef_search"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise EmbedkitError(f"must be at least 1, not {getattr(self, name)}", field=name)
+        return self
+
+
+@dataclass(frozen=True)
+class BM25:
+    """BM25 with ``bm25s`` (pure Python) or pyserini's Lucene; pyserini's BEIR settings by default."""
+
+    backend: str = "bm25s"
+    k1: float = 0.9
+    b: float = 0.4
+    type: ClassVar[str] = "bm25"
+
+    def check(self) -> BM25:
+        _choose(self.backend, BM25_BACKENDS, "backend")
+        if self.k1 < 0 or not 0 <= self.b <= 1:
+            raise EmbedkitError(f"k1 must be >= 0 and b in [0, 1], not {self.k1}, {self.b}", field="k1")
+        return self
+
+
+@dataclass(frozen=True)
+class Fusion:
+    """Reciprocal-rank fusion, or interpolation of min-max normalised scores (``weights`` for dense, bm25)."""
+
+    method: str = "rrf"
+    weights: list[float] | None = None
+    depth: int = 1000
+    rrf_k: int = 60
+
+    def check(self) -> Fusion:
+        _choose(self.method, FUSIONS, "method")
+        if self.method == "rrf" and self.weights is not None:
+            raise EmbedkitError("reciprocal-rank fusion takes no weights", field="weights")
+        if self.weights is not None and (len(self.weights) != 2 or min(self.weights) < 0 or sum(self.weights) == 0):
+            raise EmbedkitError(f"give two weights >= 0 for dense, bm25, not {self.weights}", field="weights")
+        if self.depth < 1 or self.rrf_k < 0:
+            raise EmbedkitError(f"depth must be >= 1 and rrf_k >= 0, not {self.depth}, {self.rrf_k}", field="depth")
+        return self
+
+
+@dataclass(frozen=True)
+class Hybrid:
+    """A dense and a BM25 run fused."""
+
+    dense: Dense = field(default_factory=Dense)
+    bm25: BM25 = field(default_factory=BM25)
+    fusion: Fusion = field(default_factory=Fusion)
+    type: ClassVar[str] = "hybrid"
+
+    def check(self) -> Hybrid:
+        self.dense.check(), self.bm25.check(), self.fusion.check()
+        return self
+
+
+Retriever = Union[Dense, BM25, Hybrid]
+KINDS: dict[str, type] = {"dense": Dense, "bm25": BM25, "hybrid": Hybrid}
+
+
+def to_dict(retriever: Retriever) -> dict[str, Any]:
+    """``{"type": ..., field: value ...}``; a hybrid's parts are nested mappings of the same shape (without type)."""
+    return {"type": retriever.type, **asdict(retriever)}
+
+
+def _part(cls: type, values: Any, name: str, path: Any) -> Any:
+    if not isinstance(values, dict):
+        raise EmbedkitError("expected a mapping", path=path, field=name)
+    known = {f.name for f in fields(cls)}
+    for key in values:
+        if key not in known:
+            raise EmbedkitError(
+                f"unknown setting (known: {', '.join(sorted(known))})", path=path, field=f"{name}.{key}"
+            )
+    return build(cls, values, path)
+
+
+def from_dict(values: Any, path: Any = None, name: str = "retriever") -> Retriever:
+    """The spec a mapping spells (a report's ``retriever``, a YAML condition's); every key and type checked. A bare
+    type name (``"bm25"``) is that retriever with its defaults."""
+    if isinstance(values, str):
+        values = {"type": values}
+    kind = values.get("type") if isinstance(values, dict) else values
+    if kind not in KINDS:
+        raise EmbedkitError(f"type must be one of {', '.join(KINDS)}, not {kind!r}", path=path, field=f"{name}.type")
+    values = {key: value for key, value in values.items() if key != "type"}
+    if kind != "hybrid":
+        return _part(KINDS[kind], values, name, path).check()
+    parts = {"dense": Dense, "bm25": BM25, "fusion": Fusion}
+    for key in values:
+        if key not in parts:
+            raise EmbedkitError("unknown part (known: dense, bm25, fusion)", path=path, field=f"{name}.{key}")
+    built = {key: _part(cls, values.get(key, {}), f"{name}.{key}", path) for key, cls in parts.items()}
+    return Hybrid(**built).check()
+
+
+def retriever_of(value: Retriever | str | dict) -> Retriever:
+    """A spec from a spec, a type name or a mapping."""
+    if isinstance(value, (Dense, BM25, Hybrid)):
+        return value.check()
+    return from_dict(value)
+
+
+def dense_part(retriever: Retriever) -> Dense | None:
+    return retriever if isinstance(retriever, Dense) else retriever.dense if isinstance(retriever, Hybrid) else None
+
+
+def bm25_part(retriever: Retriever) -> BM25 | None:
+    return retriever if isinstance(retriever, BM25) else retriever.bm25 if isinstance(retriever, Hybrid) else None
