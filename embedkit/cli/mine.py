@@ -49,12 +49,9 @@ def mine(
     opt.one_of(sampling, ("random", "top"), "--sampling")
     options = opt.ModelOptions(model=model, max_length=max_length, dtype=dtype, device=device, backend=backend).check()
 
-    def recognised(path: Path) -> bool:
-        from embedkit.train.mining import is_mined_file
+    from embedkit.train.mined import is_mined_file
 
-        return is_mined_file(path)
-
-    check_output_file(output, overwrite, recognised, "mined-negatives file")
+    check_output_file(output, overwrite, is_mined_file, "mined-negatives file")
     from embedkit.data.beir import load_dataset
     from embedkit.train.mining import MiningSettings, mine_hard_negatives, write_mined
 

@@ -50,12 +50,9 @@ def search(
     runtime = opt.ModelOptions(model=model, dtype=dtype, device=device, backend=backend).check()
     check_output_file(output, overwrite, looks_like_run, "TREC run")
     from embedkit.data.beir import load_dataset, load_queries
-    from embedkit.data.trec import write_run
     from embedkit.index.partitioned import load_index
-    from embedkit.models.loading import load_model_from_settings
-    from embedkit.search.dense import dense_search
 
-    opened = load_index(index)  # an index folder, or a sharded one (--num-shards)
+    opened = load_index(index)  # an index folder, or a partitioned one; its files are checked before any model loads
     if embeddings is not None:
         opened.attach_vectors(embeddings)
     if queries is not None:
@@ -63,6 +60,10 @@ def search(
     else:
         data = load_dataset(dataset, data_dir=data_dir)
         texts = data.split_queries(split) if split else data.queries
+    from embedkit.data.trec import write_run
+    from embedkit.models.loading import load_model_from_settings
+    from embedkit.search.dense import dense_search
+
     given = {name: value for name, value in vars(runtime).items() if value is not None}
     embedder = load_model_from_settings(opened.meta.get("model") or {}, **given)  # the index's model, as built
     opened.check_model(embedder.settings)

@@ -151,8 +151,8 @@ def load_qrels(path: Path, known_queries: dict[str, str] | None = None) -> Qrels
                 path=path,
                 line=number,
             )
-        query_id = check_id(columns[0].strip(), path, number, "query-id")
-        doc_id = check_id(columns[1].strip(), path, number, "corpus-id")
+        query_id = check_id(columns[0], path, number, "query-id")
+        doc_id = check_id(columns[1], path, number, "corpus-id")
         try:
             grade = int(columns[2])
         except ValueError:

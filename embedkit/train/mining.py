@@ -21,9 +21,8 @@ from embedkit.models.embedding_model import EmbeddingModel
 from embedkit.outputs import check_output_file, output_lock
 from embedkit.search.dense import DenseRetrieval
 from embedkit.search.retriever import Dense
-from embedkit.storage import read_json, sha256_file, write_json, write_lines
-
-MINED_FORMAT = "embedkit.mined/1"
+from embedkit.storage import sha256_file, write_json, write_lines
+from embedkit.train.mined import MINED_FORMAT, is_mined_file, meta_path
 
 
 @dataclass
@@ -120,15 +119,3 @@ def write_mined(
         write_lines(path, (json.dumps(r, ensure_ascii=False) for r in records))
         write_json(meta_path(path), {**meta, "jsonl_sha256": sha256_file(path)})  # pairs the sidecar with its file
     return path
-
-
-def meta_path(path: Path) -> Path:
-    return path.with_name(path.name + ".meta.json")
-
-
-def is_mined_file(path: Path) -> bool:
-    """Whether ``path`` was written by ``write_mined`` (its sidecar says so)."""
-    try:
-        return read_json(meta_path(path)).get("format") == MINED_FORMAT
-    except (EmbedkitError, AttributeError):
-        return False
