@@ -102,7 +102,8 @@ def scifact_subset(tmp_path_factory, scifact) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_bert(tmp_path_factory) -> Path:
-    """A 2-layer BERT built from a config (random weights) with the default model's tokenizer."""
+    """A 2-layer BERT built from a config (seeded random weights) with the default model's tokenizer."""
+    import torch
     from transformers import AutoTokenizer, BertConfig, BertModel
 
     from embedkit.models.loading import default_model_path
@@ -111,6 +112,7 @@ def tiny_bert(tmp_path_factory) -> Path:
     config = BertConfig(
         vocab_size=30522, hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128
     )
+    torch.manual_seed(0)
     model = BertModel(config)
     model.save_pretrained(folder)
     AutoTokenizer.from_pretrained(default_model_path()).save_pretrained(folder)

@@ -194,3 +194,25 @@ def test_evaluate_mine_tune_and_the_mteb_harness_encode_the_corpus_once(default_
     assert sum(encoded) == len(documents) + 8
     assert first["embeddings_cache"]["encoded_shards"] == 1 and mteb["embeddings_cache"]["encoded_shards"] == 0
     assert Path(first["embeddings_cache"]["path"]) == folder
+
+
+def test_every_public_name_resolves():
+    """``embedkit.__all__`` and each stage's ``__all__`` name things that import (the old ShardedIndex included)."""
+    import importlib
+
+    for package in (
+        "embedkit",
+        "embedkit.data",
+        "embedkit.encode",
+        "embedkit.models",
+        "embedkit.index",
+        "embedkit.search",
+        "embedkit.evaluation",
+        "embedkit.report",
+        "embedkit.train",
+        "embedkit.pretrain",
+    ):
+        module = importlib.import_module(package)
+        for name in module.__all__:
+            assert getattr(module, name) is not None, f"{package}.{name}"
+    assert embedkit.ShardedIndex is embedkit.PartitionedIndex

@@ -109,6 +109,8 @@ def delta_plot(deltas: Sequence[float], metric: str, label: str) -> bytes:
 def _settings_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
     rows = [(f"model.{k}", repr(v)) for k, v in (report.get("model") or {}).items()]
     rows += [(f"retriever.{k}", repr(v)) for k, v in report["retriever"].items()]
+    rows += [(f"retrieval.{k}", repr(v)) for k, v in (report.get("retrieval") or {}).items()]
+    rows += [("settings_sha256", str(report.get("settings_sha256")))]
     dataset = report["dataset"]
     rows += [(f"dataset.{k}", str(dataset[k])) for k in ("name", "split", "documents", "queries", "doc_text", "path")]
     rows += [("device", str(report.get("device")))]

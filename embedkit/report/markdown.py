@@ -19,7 +19,9 @@ def render_markdown(report: dict[str, Any]) -> str:
     metrics = [(name, f"{value:.4f}") for name, value in report["metrics"].items()]
     settings = [(f"model.{k}", f"`{v!r}`") for k, v in model.items()]
     settings += [(f"retriever.{k}", f"`{v!r}`") for k, v in retriever.items()]
+    settings += [(f"retrieval.{k}", f"`{v!r}`") for k, v in (report.get("retrieval") or {}).items()]
     settings += [
+        ("settings_sha256", f"`{report.get('settings_sha256')}`"),
         ("dataset.documents", dataset["documents"]),
         ("dataset.queries", dataset["queries"]),
         ("dataset.doc_text", f"`{dataset['doc_text']}`"),
