@@ -37,10 +37,13 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 demo: $(VENV)/.installed
 	$(BIN)/embedkit evaluate --dataset scifact --output runs
 
+# Two pytest workers, one test file each at a time: most of a test's time is a CLI process importing torch and
+# sentence-transformers on one core, so a second worker uses the other one. One torch thread per process, so the two
+# do not spin against each other (tests/conftest.py orders the files).
 test: $(VENV)/.installed-dev /usr/bin/chromium /usr/bin/strace
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
-	$(BIN)/python -m pytest -m "not slow"
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -m "not slow" -n 2 --dist loadfile
 
 test-slow: $(VENV)/.installed-dev
 	$(BIN)/python -m pytest -m slow

@@ -56,7 +56,7 @@ from embedkit import load_dataset, load_model
 from embedkit.data import doc_text
 from embedkit.errors import EmbedkitError
 from embedkit.models.device import autocast
-from embedkit.models.loading import default_model_path
+from embedkit.models.reference import default_model_path
 
 REFERENCE = "sentence-transformers"
 ST_BF16 = "sentence-transformers-bf16"

@@ -51,7 +51,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import torch
 
 from embedkit import evaluate, load_dataset, load_model
-from embedkit.models.loading import default_model_path
+from embedkit.models.reference import default_model_path
 from embedkit.storage import write_json
 
 BEIR_LABEL = "BEIR EvaluateRetrieval + DenseRetrievalExactSearch"

@@ -27,7 +27,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from embedkit import evaluate, load_dataset, load_model
 from embedkit.data import doc_text
-from embedkit.models.loading import default_model_path
+from embedkit.models.reference import default_model_path
 from embedkit.pretrain import PretrainConfig, pretrain, pretraining_record
 from embedkit.storage import write_json, write_lines
 from embedkit.train import MiningSettings, TrainConfig, mine_hard_negatives, train, write_mined

@@ -20,7 +20,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 from transformers import AutoTokenizer, BertConfig, BertModel
 
 from embedkit import evaluate, load_dataset, load_model
-from embedkit.models.loading import default_model_path
+from embedkit.models.reference import default_model_path
 from embedkit.train import TrainConfig, train, training_record
 
 

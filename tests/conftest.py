@@ -20,6 +20,30 @@ SCIFACT = (REPO.parent / "shared" / "data" / "beir" / "scifact").resolve()
 TEST_CACHE = REPO / ".cache" / "embeddings"
 
 
+# Under `make test`'s two workers (pytest-xdist, one file at a time) the order decides the wall time: test_metrics
+# goes first so one worker encodes all of SciFact into TEST_CACHE at once, while the other runs long files that do not
+# need those embeddings; then the other long files, so the short ones even out the end.
+RUN_FIRST = (
+    "test_metrics.py",
+    "test_bad_input.py",
+    "test_train.py",
+    "test_cli.py",
+    "test_encode_folder.py",
+    "test_pretrain_end_to_end.py",
+    "test_backends.py",
+    "test_reproduce.py",
+    "test_kill.py",
+    "test_integrations_mteb.py",
+    "test_structure.py",
+    "test_examples.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(RUN_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(RUN_FIRST)))  # stable: keeps order within a file
+
+
 @pytest.fixture(scope="session")
 def scifact_path() -> Path:
     assert SCIFACT.is_dir(), f"SciFact is expected at {SCIFACT}"
@@ -106,7 +130,7 @@ def tiny_bert(tmp_path_factory) -> Path:
     import torch
     from transformers import AutoTokenizer, BertConfig, BertModel
 
-    from embedkit.models.loading import default_model_path
+    from embedkit.models.reference import default_model_path
 
     folder = tmp_path_factory.mktemp("tiny-bert")
     config = BertConfig(

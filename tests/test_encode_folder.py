@@ -20,7 +20,7 @@ CLI = [sys.executable, "-c", "from embedkit.cli import main; main()"]
 
 
 def _encode(corpus: Path, output: Path, *extra: str) -> subprocess.Popen:
-    args = [*CLI, "encode", "--corpus", str(corpus), "--output", str(output), "--shard-size", "32", *extra]
+    args = [*CLI, "encode", "--corpus", str(corpus), "--output", str(output), "--shard-size", "10", *extra]
     return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy())
 
 
@@ -31,9 +31,18 @@ def _complete_shards(folder: Path) -> int:
         return 0
 
 
-def test_killed_encode_resumes_to_identical_embeddings(scifact_subset, tmp_path):
+@pytest.fixture
+def small_corpus(scifact_subset, tmp_path) -> Path:
+    """120 real SciFact documents: 12 shards of 10, so a run can be stopped part-way."""
+    lines = (scifact_subset / "corpus.jsonl").read_text().splitlines(keepends=True)[:120]
+    path = tmp_path / "corpus.jsonl"
+    path.write_text("".join(lines))
+    return path
+
+
+def test_killed_encode_resumes_to_identical_embeddings(small_corpus, tmp_path):
     """Acceptance: SIGKILL part-way, rerun, identical to an uninterrupted run; a third run encodes nothing."""
-    corpus = scifact_subset / "corpus.jsonl"
+    corpus = small_corpus
     whole, resumed = tmp_path / "whole", tmp_path / "resumed"
     assert _encode(corpus, whole).wait() == 0
 
@@ -110,16 +119,16 @@ def test_the_cache_key_ignores_the_dataset_folder_and_is_the_corpus_content(scif
     assert manifest["settings"] == default_model.settings
 
 
-def test_two_encodes_into_one_folder_at_once(scifact_subset, tmp_path):
+def test_two_encodes_into_one_folder_at_once(small_corpus, tmp_path):
     """The second waits for the first's lock: identical settings find the work done; other settings are refused and
     the first run's embeddings survive."""
-    corpus = scifact_subset / "corpus.jsonl"
+    corpus = small_corpus
     output = tmp_path / "emb"
     same = [_encode(corpus, output) for _ in range(2)]
     results = [process.communicate(timeout=600) for process in same]
     assert [process.returncode for process in same] == [0, 0], results
     encoded = sorted(re.search(r"\((\d+) shards encoded now\)", out)[1] for out, _ in results)
-    assert encoded == ["0", "10"]
+    assert encoded == ["0", "12"]
     before = {p.name: p.read_bytes() for p in output.iterdir()}
     other = _encode(corpus, output, "--max-length", "64")
     first_again = _encode(corpus, output)

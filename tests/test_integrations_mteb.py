@@ -52,7 +52,7 @@ def test_mteb_alone_scores_like_embedkit(default_model, scifact_subset, tmp_path
 
     from embedkit import load_dataset
     from embedkit.integrations.mteb import task_loaded_by_mteb
-    from embedkit.models.loading import default_model_path
+    from embedkit.models.reference import default_model_path
 
     data = load_dataset(scifact_subset)
     task = task_loaded_by_mteb(data, "test", "SciFact", tmp_path)

@@ -10,7 +10,7 @@ from transformers import AutoModel, AutoTokenizer
 
 from embedkit import EmbedkitError, load_model
 from embedkit.data import doc_text
-from embedkit.models.loading import default_model_path
+from embedkit.models.reference import default_model_path
 
 
 def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:

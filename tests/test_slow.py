@@ -7,7 +7,7 @@ import pytest
 from sentence_transformers import SentenceTransformer
 
 from embedkit.data import doc_text
-from embedkit.models.loading import default_model_path
+from embedkit.models.reference import default_model_path
 
 pytestmark = pytest.mark.slow
 

