@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Annotated, Optional
 
 import typer
@@ -49,14 +50,16 @@ def pretrain(
 
     Example: [bold]embedkit pretrain --objective retromae --dataset scifact --max-steps 1000 -o models/retromae[/bold]
     """
-    from embedkit.outputs import check_output_folder
     from embedkit.pretrain.config import PretrainConfig
     from embedkit.settings_file import from_command_line
-    from embedkit.training.run_folder import ENCODER_KIND
+    from embedkit.training.run_folder import ENCODER_KIND, check_run
 
     settings = from_command_line(PretrainConfig, config, dict(locals()))
     settings.check()
-    check_output_folder(settings.output, ENCODER_KIND, overwrite=True)  # never a folder embedkit did not write
+    # Refused here, before torch loads: a folder embedkit did not write, another run's output or unfinished run.
+    if check_run(settings.output, ENCODER_KIND, asdict(settings), resume=settings.resume, overwrite=settings.overwrite):
+        typer.echo(f"{settings.output} already holds the encoder these settings make: nothing to train")
+        return
     from embedkit.pretrain.trainer import pretrain as run_pretraining
 
     folder = run_pretraining(settings)

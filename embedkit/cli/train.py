@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Annotated, Optional
 
 import typer
@@ -58,10 +59,9 @@ def train(
     Example: [bold]embedkit train --dataset scifact --data mined/scifact.jsonl --num-negatives 1 -o models/ft[/bold]
     """
     from embedkit.errors import EmbedkitError
-    from embedkit.outputs import check_output_folder
     from embedkit.settings_file import from_command_line
     from embedkit.train.config import TrainConfig
-    from embedkit.training.run_folder import MODEL_KIND
+    from embedkit.training.run_folder import MODEL_KIND, check_run
 
     options = dict(locals())
     if matryoshka_dims is not None:
@@ -71,7 +71,10 @@ def train(
             raise EmbedkitError("expected comma-separated integers", field="matryoshka_dims") from None
     settings = from_command_line(TrainConfig, config, options)
     settings.check()
-    check_output_folder(settings.output, MODEL_KIND, overwrite=True)  # never a folder embedkit did not write
+    # Refused here, before torch loads: a folder embedkit did not write, another run's output or unfinished run.
+    if check_run(settings.output, MODEL_KIND, asdict(settings), resume=settings.resume, overwrite=settings.overwrite):
+        typer.echo(f"{settings.output} already holds the model these settings make: nothing to train")
+        return
     from embedkit.train.trainer import train as run_training
 
     folder = run_training(settings)

@@ -34,9 +34,9 @@ from embedkit.pretrain.retromae import RetroMAE
 from embedkit.storage import read_json, write_json, write_text
 from embedkit.training.arguments import shared_training_arguments
 from embedkit.training.evaluator import EncoderEvaluation, RetrievalEvaluator
-from embedkit.training.run_folder import ENCODER_KIND, TrainingRun, partial_folder, prepare_run, run_lock
+from embedkit.training.run_folder import ENCODER_KIND, RECORDS, TrainingRun, partial_folder, prepare_run, run_lock
 
-RECORD = "embedkit_pretraining.json"
+RECORD = RECORDS[ENCODER_KIND]
 
 
 class ProgressBar(TrainerCallback):
@@ -194,7 +194,6 @@ def pretrain(config: PretrainConfig, dataset: datasets.Dataset | None = None) ->
             run = prepare_run(
                 output,
                 ENCODER_KIND,
-                RECORD,
                 asdict(config),
                 resume=config.resume,
                 overwrite=config.overwrite,

@@ -23,9 +23,9 @@ from embedkit.train.losses import build_loss
 from embedkit.train.unsupervised import cropping_pairs, simcse_pairs
 from embedkit.training.arguments import shared_training_arguments
 from embedkit.training.evaluator import RetrievalEvaluator
-from embedkit.training.run_folder import MODEL_KIND, TrainingRun, partial_folder, prepare_run, run_lock
+from embedkit.training.run_folder import MODEL_KIND, RECORDS, TrainingRun, partial_folder, prepare_run, run_lock
 
-RECORD = "embedkit_training.json"
+RECORD = RECORDS[MODEL_KIND]
 
 
 def training_data(config: TrainConfig) -> datasets.Dataset:
@@ -84,7 +84,7 @@ def train(config: TrainConfig) -> Path:
     with run_lock(output, main):
         with args.main_process_first(local=False, desc="preparing the output folder"):
             run = prepare_run(
-                output, MODEL_KIND, RECORD, asdict(config), resume=config.resume, overwrite=config.overwrite, main=main
+                output, MODEL_KIND, asdict(config), resume=config.resume, overwrite=config.overwrite, main=main
             )
         if run is None:
             return output

@@ -27,6 +27,7 @@ from embedkit.storage import read_json, write_json
 
 MODEL_KIND = "model"  # embedkit train's output
 ENCODER_KIND = "encoder"  # embedkit pretrain's output
+RECORDS = {MODEL_KIND: "embedkit_training.json", ENCODER_KIND: "embedkit_pretraining.json"}  # what each run records
 PARTIAL_SUFFIX = ".partial"
 RUN_FILE = "run.json"
 # Settings that change how a run is carried out or reported, never the model it makes.
@@ -115,10 +116,40 @@ def _latest_checkpoint(folder: Path, main: bool) -> str | None:
     return str(complete[-1]) if complete else None
 
 
+def check_run(
+    output: str | Path, kind: str, config: dict[str, Any], *, resume: bool | None = None, overwrite: bool = False
+) -> bool:
+    """What a run into ``output`` would refuse, told without changing anything (so the CLI refuses before torch
+    loads); True when ``output`` already holds the model these settings make (nothing to train)."""
+    output = Path(output).absolute()
+    settings = result_settings(config)
+    done = _finished(output, kind, RECORDS[kind])
+    done = None if done is None else result_settings(done)
+    if done is not None and not overwrite:
+        if done == settings:
+            return True
+        article, differs = "an" if kind[0] in "aeiou" else "a", ", ".join(_differences(done, settings))
+        raise EmbedkitError(
+            f"holds {article} {kind} trained with other settings (differs in: {differs}); "
+            "pass --overwrite to replace it, or choose another --output",
+            path=output,
+            field="--output",
+        )
+    check_output_folder(output, kind, overwrite=True)  # only embedkit's own kind is ever replaced
+    started = _started_with(partial_folder(output))
+    if started is not None and not overwrite and resume is None and (differs := _differences(started, settings)):
+        raise EmbedkitError(
+            f"holds an unfinished run with other settings (differs in: {', '.join(differs)}); pass --resume to "
+            "continue it with these settings, --overwrite to start again, or choose another --output",
+            path=partial_folder(output),
+            field="--output",
+        )
+    return False
+
+
 def prepare_run(
     output: str | Path,
     kind: str,
-    record_name: str,
     config: dict[str, Any],
     *,
     resume: bool | None = None,
@@ -131,43 +162,23 @@ def prepare_run(
     ``TrainingArguments.main_process_first``, and find the state it left).
     """
     output = Path(output).absolute()
-    settings = result_settings(config)
-    run = TrainingRun(output, kind, record_name, settings)
+    run = TrainingRun(output, kind, RECORDS[kind], result_settings(config))
     if main:
         recover(output)  # what a kill during an earlier commit left beside OUTPUT
-    done = _finished(output, kind, record_name)
-    done = None if done is None else result_settings(done)
-    if done is not None and not overwrite:
-        if done == settings:
-            if main and _started_with(run.partial) == settings:  # killed after its commit: the rest is litter
-                shutil.rmtree(run.partial)
-            return None
-        article, differs = "an" if kind[0] in "aeiou" else "a", ", ".join(_differences(done, settings))
-        raise EmbedkitError(
-            f"holds {article} {kind} trained with other settings (differs in: {differs}); "
-            "pass --overwrite to replace it, or choose another --output",
-            path=output,
-            field="--output",
-        )
-    check_output_folder(output, kind, overwrite=True)  # only embedkit's own kind is ever replaced
+    if check_run(output, kind, config, resume=resume, overwrite=overwrite):
+        if main and _started_with(run.partial) == run.settings:  # killed after its commit: the rest is litter
+            shutil.rmtree(run.partial)
+        return None
     started = _started_with(run.partial)
     if started is not None and not overwrite and resume is not False:
-        differs = _differences(started, settings)
-        if differs and not resume:
-            raise EmbedkitError(
-                f"holds an unfinished run with other settings (differs in: {', '.join(differs)}); pass --resume to "
-                "continue it with these settings, --overwrite to start again, or choose another --output",
-                path=run.partial,
-                field="--output",
-            )
         run.resume_from = _latest_checkpoint(run.checkpoints, main)
-        run.changed_on_resume = differs
+        run.changed_on_resume = _differences(started, run.settings)
         return run
     if main:
         if run.partial.exists():
             shutil.rmtree(run.partial)
         run.partial.mkdir(parents=True)
-        write_json(run.partial / RUN_FILE, {"format": f"embedkit.{kind}-run/1", "settings": settings})
+        write_json(run.partial / RUN_FILE, {"format": f"embedkit.{kind}-run/1", "settings": run.settings})
     return run
 
 
