@@ -43,7 +43,7 @@ demo: $(VENV)/.installed
 test: $(VENV)/.installed-dev /usr/bin/chromium /usr/bin/strace
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -m "not slow" -n 2 --dist loadfile --durations=15
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -m "not slow" -n 2 --dist loadfile --no-loadscope-reorder --durations=15
 
 test-slow: $(VENV)/.installed-dev
 	$(BIN)/python -m pytest -m slow

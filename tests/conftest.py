@@ -20,9 +20,9 @@ SCIFACT = (REPO.parent / "shared" / "data" / "beir" / "scifact").resolve()
 TEST_CACHE = REPO / ".cache" / "embeddings"
 
 
-# Under `make test`'s two workers (pytest-xdist, one file at a time) the order decides the wall time: test_metrics
-# goes first so one worker encodes all of SciFact into TEST_CACHE at once, while the other runs long files that do not
-# need those embeddings; then the other long files, so the short ones even out the end.
+# Under `make test`'s two workers (pytest-xdist, one file at a time, in this order: --no-loadscope-reorder) the order
+# decides the wall time. test_metrics goes first, so one worker encodes all of SciFact into TEST_CACHE at once while
+# the other runs long files that do not need those embeddings; then the other long files, so short ones end the run.
 RUN_FIRST = (
     "test_metrics.py",
     "test_bad_input.py",
