@@ -52,12 +52,17 @@ def pretrain(
     """
     from embedkit.pretrain.config import PretrainConfig
     from embedkit.settings_file import from_command_line
-    from embedkit.training.run_folder import ENCODER_KIND, check_run
+    from embedkit.training.run_folder import ENCODER_KIND, check_run, prepare_run, run_lock
 
     settings = from_command_line(PretrainConfig, config, dict(locals()))
     settings.check()
     # Refused here, before torch loads: a folder embedkit did not write, another run's output or unfinished run.
-    if check_run(settings.output, ENCODER_KIND, asdict(settings), resume=settings.resume, overwrite=settings.overwrite):
+    run_settings = asdict(settings)
+    if check_run(settings.output, ENCODER_KIND, run_settings, resume=settings.resume, overwrite=settings.overwrite):
+        with run_lock(settings.output, main=True):  # done: only tidy what a kill after the commit left
+            prepare_run(
+                settings.output, ENCODER_KIND, run_settings, resume=settings.resume, overwrite=settings.overwrite
+            )
         typer.echo(f"{settings.output} already holds the encoder these settings make: nothing to train")
         return
     from embedkit.pretrain.trainer import pretrain as run_pretraining

@@ -61,7 +61,7 @@ def train(
     from embedkit.errors import EmbedkitError
     from embedkit.settings_file import from_command_line
     from embedkit.train.config import TrainConfig
-    from embedkit.training.run_folder import MODEL_KIND, check_run
+    from embedkit.training.run_folder import MODEL_KIND, check_run, prepare_run, run_lock
 
     options = dict(locals())
     if matryoshka_dims is not None:
@@ -72,7 +72,10 @@ def train(
     settings = from_command_line(TrainConfig, config, options)
     settings.check()
     # Refused here, before torch loads: a folder embedkit did not write, another run's output or unfinished run.
-    if check_run(settings.output, MODEL_KIND, asdict(settings), resume=settings.resume, overwrite=settings.overwrite):
+    run_settings = asdict(settings)
+    if check_run(settings.output, MODEL_KIND, run_settings, resume=settings.resume, overwrite=settings.overwrite):
+        with run_lock(settings.output, main=True):  # done: only tidy what a kill after the commit left
+            prepare_run(settings.output, MODEL_KIND, run_settings, resume=settings.resume, overwrite=settings.overwrite)
         typer.echo(f"{settings.output} already holds the model these settings make: nothing to train")
         return
     from embedkit.train.trainer import train as run_training

@@ -31,10 +31,6 @@ class ModelReference:
     name: str
     path: Path
 
-    @property
-    def local(self) -> bool:
-        return self.path.is_dir()
-
 
 def hub_offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE") not in (None, "0")
