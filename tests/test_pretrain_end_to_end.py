@@ -38,7 +38,10 @@ def test_pretrain_saves_an_encoder_that_loads_and_fine_tunes(tiny_bert, scifact_
     assert record["steps"] == 2 and record["texts"] == 300 and record["tokens_seen"] > 0
     assert record["masks"] == "whole_word, encoder 30%, decoder 50% (enhanced decoding)"
     assert {"encoder_loss", "decoder_loss", "tokens_per_second"} <= set(record["loss_history"][0])
-    assert json.loads((output / "embedkit.json").read_text()) == {"pooling": "cls"}
+    # a plain BERT checkpoint: CLS, not normalised (a sentence-transformers checkpoint keeps its own; see below)
+    hint = {"pooling": "cls", "sentence_pooling": "cls", "normalize": False}
+    assert json.loads((output / "embedkit.json").read_text()) == hint
+    assert record["config"]["learning_rate"] == 2e-5 and record["config"]["head_warmup_steps"] == 25
     assert (output / "model.safetensors").is_file() and (output / "tokenizer.json").is_file()
     card = (output / "README.md").read_text()
     for needle in ("objective: retromae", "RetroMAE (Xiao et al., 2022)", "masks: whole_word", "steps: 2", "corpus:"):
@@ -103,7 +106,10 @@ def test_dupmae_and_idf_masking_from_a_jsonl_corpus(tiny_bert, scifact, tmp_path
     )
     record = pretraining_record(output)
     assert record["texts"] == 24 and "bow_loss" in record["loss_history"][0]
+    assert record["chunks"] > 24  # SciFact abstracts are longer than 48 tokens: overlapping windows
     assert "DupMAE (Xiao et al., 2023)" in (output / "README.md").read_text()
+    model = load_model(output)  # the duplex representation is the folder's own pooling
+    assert model.settings["pooling"] == "dupmae" and model.dim == 2 * 64
 
 
 def test_cli_pretrains_mlm_from_random_weights_and_reports_user_errors(tiny_bert, tmp_path):
@@ -134,6 +140,7 @@ def test_cli_pretrains_mlm_from_random_weights_and_reports_user_errors(tiny_bert
     assert result.returncode == 0, result.stderr[-2000:]
     record = pretraining_record(tmp_path / "mlm")
     assert record["texts"] == 3 and record["config"]["model_config"] == str(tiny_bert) and record["steps"] == 2
+    assert record["config"]["learning_rate"] == 1e-4 and record["config"]["head_warmup_steps"] == 0  # from scratch
 
     bad = write_jsonl(tmp_path / "bad.jsonl", [{"text": "fine"}])
     with open(bad, "a") as handle:
@@ -154,6 +161,10 @@ def test_cli_pretrains_mlm_from_random_weights_and_reports_user_errors(tiny_bert
         ({"data": "t.txt", "dataset": "scifact"}, "field 'dataset': give exactly one corpus"),
         ({"data": "t.txt", "encoder_mask_ratio": 1.5}, "field 'encoder_mask_ratio': must lie between 0 and 1"),
         ({"data": "t.txt", "objective": "simcse"}, "field 'objective': unknown objective 'simcse'"),
+        ({"data": "t.txt", "sentence_pooling": "max"}, "field 'sentence_pooling': unknown sentence pooling 'max'"),
+        ({"data": "t.txt", "chunk_overlap": 200}, "field 'chunk_overlap': must lie between 0 and half"),
+        ({"data": "t.txt", "head_warmup_steps": -1}, "field 'head_warmup_steps': must be at least 0"),
+        ({"data": "t.txt", "objective": "tsdae", "model_config": "c"}, "field 'model_config': tsdae ties"),
     ],
 )
 def test_config_errors_name_the_field(settings, message):
@@ -193,3 +204,61 @@ def test_pretraining_evaluates_the_encoder_on_a_dev_set(tiny_bert, scifact_subse
     final = evaluate(scored, scifact_subset, cache_dir=tmp_path / "c")["metrics"]["ndcg_at_10"]
     assert curve[-1]["ndcg_at_10"] == pytest.approx(final, abs=0.01)  # other batching: near ties may swap
     assert "Dev evaluation during pretraining" in (output / "README.md").read_text()
+
+
+def _weights(model) -> dict[str, torch.Tensor]:
+    return {name: value.detach().clone() for name, value in model.state_dict().items()}
+
+
+def test_the_head_warmup_leaves_a_sentence_transformers_encoder_untouched(scifact_subset, tmp_path):
+    """From all-MiniLM-L6-v2 (mean pooling, normalised): the folder keeps both, and while the head warms up the
+    encoder's vectors stay exactly the base model's; without the warm-up one step already moves them."""
+    texts = ["Aspirin lowers fever in children.", "Statins and cholesterol."]
+    base = load_model(max_length=32).encode_queries(texts)
+    vectors = {}
+    for warmup in (2, 0):
+        output = tmp_path / f"warmup{warmup}"
+        settings = {"corpus_limit": 8, "batch_size": 4, "max_steps": 2, "max_length": 32, "warmup_ratio": 0.0}
+        pretrain(
+            PretrainConfig(
+                output=str(output), objective="mlm", dataset=str(scifact_subset), head_warmup_steps=warmup, **settings
+            )
+        )
+        model = load_model(output, max_length=32)
+        assert model.settings["pooling"] == "mean" and model.settings["normalize"] is True
+        vectors[warmup] = model.encode_queries(texts)
+    assert np.allclose(np.linalg.norm(vectors[2], axis=1), 1.0, atol=1e-5)
+    assert np.allclose(vectors[2], base, atol=1e-6)
+    assert not np.allclose(vectors[0], base, atol=1e-4)
+
+
+def test_cli_pretrains_with_tsdae_and_the_output_fine_tunes(tiny_bert, scifact_subset, tmp_path):
+    output = tmp_path / "tsdae"
+    args = [*CLI, "pretrain", "--objective", "tsdae", "--model", str(tiny_bert), "--dataset", str(scifact_subset)]
+    args += ["--batch-size", "4", "--max-steps", "3", "--head-warmup-steps", "1", "--max-length", "32"]
+    result = subprocess.run([*args, "--logging-steps", "1", "-o", str(output)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    record = pretraining_record(output)
+    assert record["steps"] == 3 and record["masks"] == "60% of words deleted from the encoder's input"
+    assert (
+        "decoder_loss" in record["loss_history"][0]
+        and "TSDAE (Wang et al., 2021)" in (output / "README.md").read_text()
+    )
+    assert (output / "modules.json").is_file()  # a sentence-transformers folder: pooling and normalisation inside
+    model = load_model(output, max_length=32)
+    assert model.settings["pooling"] == "cls" and model.encode_queries(["fever"]).shape == (1, 64)
+    tuned = tmp_path / "tuned"
+    train(
+        TrainConfig(
+            output=str(tuned),
+            model=str(output),
+            objective="simcse",
+            dataset=str(scifact_subset),
+            corpus_limit=8,
+            batch_size=4,
+            max_steps=1,
+            max_length=32,
+            save_steps=1000,
+        )
+    )
+    assert training_record(tuned)["steps"] == 1

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 import torch
@@ -139,3 +141,48 @@ def test_enhanced_decoding_masks_are_position_specific(corpus, tokenizer):
     rows = visible[0, 1 : int(attention[0].sum()) - 1]
     assert len({tuple(r.tolist()) for r in rows}) > 1, "every row had the same mask"
     assert torch.equal(batch["decoder_labels"][ordinary], batch["input_ids"][ordinary])
+
+
+def test_long_texts_become_overlapping_windows_that_cover_the_text(scifact_path, tokenizer):
+    texts, _ = load_texts(scifact_path, limit=50)
+    windows = tokenize(texts, tokenizer, 64, overlap=16)
+    cut = tokenize(texts, tokenizer, 64)
+    assert len(cut) == 50 and len(windows) > 2 * len(cut)
+    assert list(windows["example"]) == list(range(len(windows)))
+    first = tokenizer(texts[0]["text"], add_special_tokens=False)["input_ids"]
+    rows = [r["input_ids"][1:-1] for r in tokenize(texts.select(range(1)), tokenizer, 64, overlap=16)]
+    assert len(rows) > 1 and all(len(r) <= 62 for r in rows)
+    for before, after in itertools.pairwise(rows):
+        assert before[-16:] == after[:16], "consecutive windows share 16 tokens"
+    rebuilt = rows[0] + [token for row in rows[1:] for token in row[16:]]
+    assert rebuilt == first, "the windows cover the whole text, in order"
+
+
+def test_masks_depend_on_the_seed_and_the_batch_not_on_earlier_calls(corpus, tokenizer):
+    """A resumed run masks its remaining batches as an uninterrupted run would."""
+    examples = [corpus[i] for i in range(4)]
+    other = [corpus[i] for i in range(4, 8)]
+
+    def collate(batches, seed=3):
+        collator = PretrainCollator(tokenizer, "retromae", Masker("whole_word"), 0.3, 0.5, seed=seed)
+        return [collator(batch) for batch in batches][-1]
+
+    fresh, after_another = collate([examples]), collate([other, examples])
+    for key in fresh:
+        assert torch.equal(fresh[key], after_another[key]), key
+    assert not torch.equal(fresh["encoder_input_ids"], collate([examples], seed=4)["encoder_input_ids"])
+
+
+def test_tsdae_batches_delete_words_from_the_input_only(corpus, tokenizer):
+    collator = PretrainCollator(tokenizer, "tsdae", Masker("random"), 0.3, seed=0, deletion_ratio=0.6, max_length=128)
+    batch = collator([corpus[i] for i in range(8)])
+    source = batch["source_attention_mask"].sum(1).float()
+    target = batch["target_attention_mask"].sum(1).float()
+    assert 0.3 < (source / target).mean().item() < 0.55  # 60 % of words gone (words are 1+ tokens)
+    originals = tokenizer.batch_decode(batch["target_input_ids"], skip_special_tokens=True)
+    assert originals == tokenizer.batch_decode([corpus[i]["input_ids"] for i in range(8)], skip_special_tokens=True)
+    for damaged, original in zip(
+        tokenizer.batch_decode(batch["source_input_ids"], skip_special_tokens=True), originals
+    ):
+        words = iter(original.split())
+        assert all(any(word == kept for word in words) for kept in damaged.split()), "kept words, in order"

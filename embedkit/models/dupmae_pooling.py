@@ -1,6 +1,7 @@
 """The ``dupmae`` pooling: DupMAE's representation as a sentence-transformers module.
 
-DupMAE (Xiao et al., 2023) represents a text by its [CLS] vector joined to its ordinary tokens' aggregated vector:
+DupMAE (Xiao et al., 2023) represents a text by its sentence vector ([CLS], or the mean of the token vectors when
+the encoder was pretrained with mean pooling: ``dense_pooling``) joined to its ordinary tokens' aggregated vector:
 each ordinary token's hidden state goes through the MLM head into vocabulary space, log(1 + ReLU(.)) keeps the
 positive evidence, and a max over positions gives one |V|-sized vector. That vector is reduced to ``reduced_dim``
 values by taking the max over ``reduced_dim`` contiguous groups of vocabulary ids, a parameter-free reduction
@@ -23,7 +24,14 @@ from embedkit.errors import EmbedkitError
 
 
 class DupMAEPooling(Module):
-    config_keys: ClassVar[list[str]] = ["hidden_size", "vocab_size", "hidden_act", "layer_norm_eps", "reduced_dim"]
+    config_keys: ClassVar[list[str]] = [
+        "hidden_size",
+        "vocab_size",
+        "hidden_act",
+        "layer_norm_eps",
+        "reduced_dim",
+        "dense_pooling",
+    ]
     embedkit_pooling = "dupmae"
 
     def __init__(
@@ -33,8 +41,12 @@ class DupMAEPooling(Module):
         hidden_act: str = "gelu",
         layer_norm_eps: float = 1e-12,
         reduced_dim: int | None = None,
+        dense_pooling: str = "cls",
     ) -> None:
         super().__init__()
+        if dense_pooling not in ("cls", "mean"):
+            raise EmbedkitError(f"dupmae pools its dense part with cls or mean, not '{dense_pooling}'", field="pooling")
+        self.dense_pooling = dense_pooling
         self.hidden_size = hidden_size
         self.vocab_size = vocab_size
         self.hidden_act = hidden_act
@@ -46,7 +58,7 @@ class DupMAEPooling(Module):
         self.head = BertOnlyMLMHead(config)
 
     @classmethod
-    def from_folder(cls, path: str, reduced_dim: int | None = None) -> DupMAEPooling:
+    def from_folder(cls, path: str, reduced_dim: int | None = None, dense_pooling: str = "cls") -> DupMAEPooling:
         """Copy the MLM head of a pretrained folder (as ``embedkit pretrain`` writes it) into a new module."""
         from transformers import AutoModelForMaskedLM
 
@@ -54,7 +66,9 @@ class DupMAEPooling(Module):
         encoder = AutoModelForMaskedLM.from_pretrained(path)
         if not isinstance(getattr(encoder, "cls", None), BertOnlyMLMHead):
             raise EmbedkitError("dupmae pooling needs a BERT masked-LM head in the folder", path=path, field="pooling")
-        module = cls(config.hidden_size, config.vocab_size, config.hidden_act, config.layer_norm_eps, reduced_dim)
+        module = cls(
+            config.hidden_size, config.vocab_size, config.hidden_act, config.layer_norm_eps, reduced_dim, dense_pooling
+        )
         module.head.load_state_dict(encoder.cls.state_dict())
         return module
 
@@ -76,7 +90,12 @@ class DupMAEPooling(Module):
         lengths = features["attention_mask"].sum(dim=1)
         ordinary[torch.arange(len(tokens)), lengths - 1] = False  # [SEP]
         reduced = F.adaptive_max_pool1d(self.token_vector(tokens, ordinary)[:, None], self.reduced_dim)[:, 0]
-        features["sentence_embedding"] = torch.cat([tokens[:, 0], reduced.to(tokens.dtype)], dim=-1)
+        if self.dense_pooling == "cls":
+            dense = tokens[:, 0]
+        else:
+            weights = features["attention_mask"][..., None].to(tokens.dtype)
+            dense = (tokens * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1e-9)
+        features["sentence_embedding"] = torch.cat([dense, reduced.to(tokens.dtype)], dim=-1)
         return features
 
     def save(self, output_path: str, *args: Any, safe_serialization: bool = True, **kwargs: Any) -> None:

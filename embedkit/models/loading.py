@@ -22,13 +22,15 @@ from embedkit.storage import read_json
 POOLING_MODES = {"cls": "cls", "mean": "mean", "last": "lasttoken", "max": "max"}
 
 
-def _pooling_from_config(path: str) -> str:
-    """Pooling for a plain transformers folder: an ``embedkit.json`` hint, else last-token for decoders, else CLS."""
+def _folder_hint(path: str) -> dict[str, Any]:
+    """What ``embedkit pretrain`` wrote of how its folder is used: ``pooling``, ``sentence_pooling``, ``normalize``."""
     hint = Path(path) / "embedkit.json"
-    if hint.is_file():
-        pooling = read_json(hint).get("pooling")
-        if pooling:
-            return pooling
+    found = read_json(hint) if hint.is_file() else {}
+    return found if isinstance(found, dict) else {}
+
+
+def _default_pooling(path: str) -> str:
+    """Pooling for a plain transformers folder without a hint: last-token for decoders, else CLS."""
     config = AutoConfig.from_pretrained(path)
     architectures = getattr(config, "architectures", None) or []
     if getattr(config, "is_decoder", False) or any(a.endswith("ForCausalLM") for a in architectures):
@@ -37,13 +39,15 @@ def _pooling_from_config(path: str) -> str:
 
 
 def _plain_transformers(path: str, pooling: str | None, normalize: bool | None) -> tuple[SentenceTransformer, str]:
-    pooling = pooling or _pooling_from_config(path)
+    hint = _folder_hint(path)
+    pooling = pooling or hint.get("pooling") or _default_pooling(path)
+    normalize = bool(hint.get("normalize")) if normalize is None else normalize
     if pooling not in POOLING_MODES and pooling != "dupmae":
         choices = ", ".join([*POOLING_MODES, "dupmae"])
         raise EmbedkitError(f"unknown pooling '{pooling}' (choose from {choices})", field="pooling")
     transformer = Transformer(path)
-    if pooling == "dupmae":  # DupMAE's [CLS] + reduced token vector, from the folder's MLM head
-        modules = [transformer, DupMAEPooling.from_folder(path)]
+    if pooling == "dupmae":  # DupMAE's sentence vector + reduced token vector, from the folder's MLM head
+        modules = [transformer, DupMAEPooling.from_folder(path, dense_pooling=hint.get("sentence_pooling") or "cls")]
     else:
         modules = [transformer, Pooling(transformer.get_embedding_dimension(), pooling_mode=POOLING_MODES[pooling])]
     if normalize:

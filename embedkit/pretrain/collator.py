@@ -3,7 +3,13 @@
 RetroMAE's enhanced decoding (Xiao et al., 2022, section 3.3) needs no corrupted decoder input: the content stream
 is the original text, and masking happens in a per-position attention matrix where row ``i`` sees the [CLS] slot and
 the positions a fresh decoder-ratio mask leaves visible, never ``i`` itself; every ordinary token is then predicted.
-As the reference implementation does, each row takes one mask from a small pool drawn per text.
+Each row draws its own mask (the reference draws one per row from a pool of as many masks as the text has tokens).
+
+The masks of a batch are drawn from a generator seeded by the run's seed and the batch's example numbers, so a
+resumed run masks the batches it has not seen yet exactly as an uninterrupted run would.
+
+TSDAE (Wang et al., 2021) batches are the text with ``deletion_ratio`` of its words deleted (the encoder's input)
+and the text itself (the decoder's target), both tokenised by the model's tokenizer.
 """
 
 from __future__ import annotations
@@ -27,13 +33,13 @@ class PretrainCollator:
     decoder_ratio: float = 0.5
     decoder: str = "enhanced"
     seed: int = 0
-    pool_size: int = 32
+    deletion_ratio: float = 0.6
+    max_length: int = 512
     rng: np.random.Generator = field(init=False, repr=False)
     generator: torch.Generator = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self.rng = np.random.default_rng(self.seed)
-        self.generator = torch.Generator().manual_seed(self.seed)
+        self.reseed([])
         self.special = np.asarray(sorted(set(self.tokenizer.all_special_ids)), dtype=np.int64)
 
     def _pad(self, examples: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -51,7 +57,15 @@ class PretrainCollator:
     def masks(self, ids: np.ndarray, starts: np.ndarray, maskable: np.ndarray, ratio: float) -> np.ndarray:
         return np.stack([self.masker.select(i, s, m, ratio, self.rng) for i, s, m in zip(ids, starts, maskable)])
 
+    def reseed(self, examples: list[dict[str, Any]]) -> None:
+        """The batch's generators, from the seed and the examples' numbers (``example``) alone."""
+        self.rng = np.random.default_rng([self.seed, *(int(e.get("example", 0)) for e in examples)])
+        self.generator = torch.Generator().manual_seed(int(self.rng.integers(2**62)))
+
     def __call__(self, examples: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        self.reseed(examples)
+        if self.objective == "tsdae":
+            return self.denoising(examples)
         ids, starts, attention = self._pad(examples)
         maskable = attention & ~np.isin(ids, self.special)
         input_ids = torch.from_numpy(ids)
@@ -69,7 +83,7 @@ class PretrainCollator:
             "encoder_labels": encoder_labels,
         }
         if self.objective == "dupmae":
-            batch["ordinary"] = torch.from_numpy(maskable)
+            batch["bag_of_words"] = bag_of_words(input_ids, torch.from_numpy(maskable), len(self.tokenizer))
         if self.decoder == "plain":
             decoder_mask = torch.from_numpy(self.masks(ids, starts, maskable, self.decoder_ratio))
             decoder_ids, decoder_labels = corrupt(
@@ -88,15 +102,40 @@ class PretrainCollator:
         batch, length = ids.shape
         visible = np.zeros((batch, length, length), dtype=bool)
         for b in range(batch):
-            pool = np.stack(
-                [
-                    self.masker.select(ids[b], starts[b], maskable[b], self.decoder_ratio, self.rng)
-                    for _ in range(min(self.pool_size, max(1, int(maskable[b].sum()))))
-                ]
-            )
-            rows = pool[self.rng.integers(len(pool), size=length)]
-            visible[b] = ~rows & attention[b][None, :]
+            rows = [
+                self.masker.select(ids[b], starts[b], maskable[b], self.decoder_ratio, self.rng) for _ in range(length)
+            ]
+            visible[b] = ~np.stack(rows) & attention[b][None, :]
         visible[:, :, 0] = True  # the [CLS] slot carries the sentence embedding: always visible
         diagonal = np.arange(length)
         visible[:, diagonal, diagonal] = False  # a position never sees itself
         return visible
+
+    def denoising(self, examples: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        """TSDAE: (damaged, original) texts; words are split on white space (no tokenizer data to download)."""
+        originals = self.tokenizer.batch_decode([e["input_ids"] for e in examples], skip_special_tokens=True)
+        damaged = []
+        for text in originals:
+            words = text.split()
+            keep = self.rng.random(len(words)) >= self.deletion_ratio
+            if words and not keep.any():
+                keep[self.rng.integers(len(words))] = True
+            damaged.append(" ".join(w for w, k in zip(words, keep) if k))
+        source = self.tokenizer(damaged, padding=True, truncation=True, max_length=self.max_length, return_tensors="pt")
+        target = self.tokenizer(
+            originals, padding=True, truncation=True, max_length=self.max_length, return_tensors="pt"
+        )
+        return {
+            "source_input_ids": source["input_ids"],
+            "source_attention_mask": source["attention_mask"],
+            "target_input_ids": target["input_ids"],
+            "target_attention_mask": target["attention_mask"],
+        }
+
+
+def bag_of_words(input_ids: torch.Tensor, ordinary: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """DupMAE's target as the reference builds it: each distinct ordinary token of a text weighs 1 / (the text's
+    number of ordinary tokens), so a repeated token counts once and the weights sum to distinct / all."""
+    counts = ordinary.sum(dim=1, keepdim=True).clamp(min=1).float()
+    present = torch.zeros(len(input_ids), vocab_size).scatter_(1, input_ids.masked_fill(~ordinary, 0), ordinary.float())
+    return present / counts

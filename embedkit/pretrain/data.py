@@ -77,18 +77,30 @@ def load_texts(
     return texts, origin
 
 
-def tokenize(texts: datasets.Dataset, tokenizer: PreTrainedTokenizerBase, max_length: int) -> datasets.Dataset:
-    """``input_ids`` (with special tokens, truncated) and ``word_starts`` (1 where a word begins) per text."""
+def tokenize(
+    texts: datasets.Dataset, tokenizer: PreTrainedTokenizerBase, max_length: int, overlap: int | None = None
+) -> datasets.Dataset:
+    """``input_ids`` (with special tokens), ``word_starts`` (1 where a word begins) and ``example`` (the row's number,
+    which seeds its masks) per text; with ``overlap`` a long text becomes windows of ``max_length`` tokens that share
+    ``overlap`` tokens with the window before, instead of being cut after the first."""
+    windows = overlap is not None and tokenizer.is_fast
 
     def encode(batch: dict[str, list[str]]) -> dict[str, list[list[int]]]:
-        encoded = tokenizer(batch["text"], truncation=True, max_length=max_length)
+        encoded = tokenizer(
+            batch["text"],
+            truncation=True,
+            max_length=max_length,
+            stride=overlap if windows else 0,
+            return_overflowing_tokens=windows,
+        )
         starts = []
         for index, ids in enumerate(encoded["input_ids"]):
             word_ids = encoded.word_ids(index) if tokenizer.is_fast else [None] * len(ids)
             starts.append([int(w is None or i == 0 or w != word_ids[i - 1]) for i, w in enumerate(word_ids)])
         return {"input_ids": encoded["input_ids"], "word_starts": starts}
 
-    return texts.map(encode, batched=True, batch_size=1000, remove_columns=texts.column_names, desc="tokenising")
+    encoded = texts.map(encode, batched=True, batch_size=1000, remove_columns=texts.column_names, desc="tokenising")
+    return encoded.add_column("example", list(range(len(encoded))))
 
 
 def corpus_idf(tokenized: datasets.Dataset, vocab_size: int) -> np.ndarray:

@@ -3,9 +3,11 @@ Models"): RetroMAE's [CLS] reconstruction plus a bag-of-words task for the ordin
 
 The ordinary tokens' final hidden states go through the MLM head (the paper's linear projection unit) into
 vocabulary space and are max-pooled over positions; a softmax of that vector must predict the input's bag of words
-(a uniform distribution over its distinct ordinary tokens). The two decoding losses and the encoder's MLM loss are
-added. The representation it trains, [CLS] joined to the reduced aggregated token vector, is the ``dupmae`` pooling
-of ``embedkit.load_model`` (``embedkit/models/dupmae_pooling.py``).
+(the reference's target: 1 / n for each distinct token of a text of n ordinary tokens). The reference pools over every
+position after [CLS], [SEP] included; here [SEP] is left out, as the ``dupmae`` pooling leaves it out when encoding.
+The bag-of-words loss is weighted by ``bow_weight`` (0.1, the reference's default) and added to the decoder's and
+the encoder's MLM losses. The representation it trains, the sentence vector joined to the reduced aggregated token
+vector, is the output folder's ``dupmae`` pooling in ``embedkit.load_model`` (``embedkit/models/dupmae_pooling.py``).
 """
 
 from __future__ import annotations
@@ -18,21 +20,21 @@ from embedkit.pretrain.encoder import labelled_cross_entropy
 from embedkit.pretrain.retromae import RetroMAE
 
 
-def bag_of_words_loss(logits: torch.Tensor, input_ids: torch.Tensor, ordinary: torch.Tensor) -> torch.Tensor:
-    """Cross-entropy between softmax(max over ordinary positions of ``logits``) and the text's bag of words.
+def bag_of_words_loss(logits: torch.Tensor, bag: torch.Tensor, ordinary: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy of softmax(max over ordinary positions of ``logits``) against the weights ``bag``.
 
     ``logits`` (batch, length, vocab) are the MLM head's outputs; ``ordinary`` marks the non-special, non-padding
-    positions, which are both pooled and counted in the bag.
+    positions that are pooled; ``bag`` (batch, vocab) is the collator's ``bag_of_words``.
     """
     pooled = logits.float().masked_fill(~ordinary[..., None], torch.finfo(torch.float32).min).amax(dim=1)
-    bag = torch.zeros_like(pooled).scatter_(1, input_ids.masked_fill(~ordinary, 0), ordinary.float())
-    bag = bag / bag.sum(dim=-1, keepdim=True).clamp(min=1.0)
     return -(bag * F.log_softmax(pooled, dim=-1)).sum(dim=-1).mean()
 
 
 class DupMAE(RetroMAE):
-    def __init__(self, encoder: PreTrainedModel, decoder: str = "enhanced", bow_weight: float = 1.0) -> None:
-        super().__init__(encoder, decoder)
+    def __init__(
+        self, encoder: PreTrainedModel, decoder: str = "enhanced", bow_weight: float = 0.1, pooling: str = "cls"
+    ) -> None:
+        super().__init__(encoder, decoder, pooling)
         self.bow_weight = bow_weight
 
     def forward(
@@ -42,7 +44,7 @@ class DupMAE(RetroMAE):
         encoder_input_ids: torch.Tensor,
         encoder_labels: torch.Tensor,
         decoder_labels: torch.Tensor,
-        ordinary: torch.Tensor,
+        bag_of_words: torch.Tensor,
         decoder_input_ids: torch.Tensor | None = None,
         decoder_attention: torch.Tensor | None = None,
     ) -> dict[str, torch.Tensor]:
@@ -52,7 +54,8 @@ class DupMAE(RetroMAE):
         decoder_loss = self.reconstruction_loss(
             hidden, input_ids, attention_mask, decoder_labels, decoder_input_ids, decoder_attention
         )
-        bow_loss = bag_of_words_loss(logits, input_ids, ordinary.bool())
+        ordinary = bag_of_words.gather(1, input_ids) > 0  # the bag holds exactly the ordinary tokens
+        bow_loss = bag_of_words_loss(logits, bag_of_words, ordinary)
         return {
             "loss": encoder_loss + decoder_loss + self.bow_weight * bow_loss,
             "encoder_loss": encoder_loss.detach(),

@@ -3,6 +3,8 @@ Gururangan et al., 2020): the baseline every masked-autoencoder result is compar
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import torch
 from torch import nn
 from transformers import PreTrainedModel
@@ -20,6 +22,11 @@ class MaskedLM(nn.Module):
     @property
     def head(self) -> nn.Module:
         return mlm_head(self.encoder)
+
+    def encoder_parameters(self) -> Iterator[nn.Parameter]:
+        """The checkpoint's body (embeddings and layers, so the head's tied output matrix too): frozen in the
+        head warm-up."""
+        return self.encoder.base_model.parameters()
 
     def forward(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, labels: torch.Tensor

@@ -1,8 +1,9 @@
 """RetroMAE (Xiao et al., 2022, "RetroMAE: Pre-Training Retrieval-oriented Language Models Via Masked Auto-Encoder").
 
 The text is masked twice. The full encoder reads the moderately masked copy and keeps its own MLM loss; its [CLS]
-vector is the sentence embedding. A decoder of exactly one transformer layer (a ``BertLayer``) must rebuild the text
-from that one vector plus an aggressively masked copy, so the embedding has to carry what the decoder cannot see.
+vector (or the mean of its token vectors: ``pooling``, as the encoder is used) is the sentence embedding. A decoder
+of exactly one transformer layer (a ``BertLayer``) must rebuild the text from that one vector plus an aggressively
+masked copy, so the embedding has to carry what the decoder cannot see.
 
 - ``plain`` decoding: the decoder input is [embedding; decoder-masked token embeddings] with ordinary
   self-attention, and the MLM loss is taken on the decoder-masked positions.
@@ -17,6 +18,7 @@ The decoder shares the encoder's embedding layer and MLM head, as the reference 
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator
 
 import torch
 import torch.nn.functional as F
@@ -24,17 +26,20 @@ from torch import nn
 from transformers import PreTrainedModel
 from transformers.models.bert.modeling_bert import BertLayer
 
-from embedkit.pretrain.config import DECODERS
+from embedkit.pretrain.config import DECODERS, SENTENCE_POOLINGS
 from embedkit.pretrain.encoder import additive_mask, masked_lm_loss, mlm_head
 
 
 class RetroMAE(nn.Module):
-    def __init__(self, encoder: PreTrainedModel, decoder: str = "enhanced") -> None:
+    def __init__(self, encoder: PreTrainedModel, decoder: str = "enhanced", pooling: str = "cls") -> None:
         super().__init__()
         if decoder not in DECODERS:
             raise ValueError(f"unknown decoder '{decoder}'")
+        if pooling not in SENTENCE_POOLINGS:
+            raise ValueError(f"unknown sentence pooling '{pooling}'")
         self.encoder = encoder
         self.decoding = decoder
+        self.pooling = pooling
         config = copy.deepcopy(encoder.config)
         config.is_decoder = False
         config.add_cross_attention = False
@@ -44,6 +49,11 @@ class RetroMAE(nn.Module):
     @property
     def head(self) -> nn.Module:
         return mlm_head(self.encoder)
+
+    def encoder_parameters(self) -> Iterator[nn.Parameter]:
+        """The checkpoint's body (embeddings and layers, so the head's tied output matrix too): frozen in the
+        head warm-up."""
+        return self.encoder.base_model.parameters()
 
     @property
     def embeddings(self) -> nn.Module:
@@ -78,6 +88,13 @@ class RetroMAE(nn.Module):
         context = context.transpose(1, 2).reshape(batch, length, -1)
         return self.decoder.feed_forward_chunk(self.decoder.attention.output(context, query))
 
+    def sentence_embedding(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """[CLS], or the mean over every non-padding position (sentence-transformers' mean pooling)."""
+        if self.pooling == "cls":
+            return hidden[:, 0]
+        weights = attention_mask[..., None].to(hidden.dtype)
+        return (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1e-9)
+
     def reconstruction_loss(
         self,
         hidden: torch.Tensor,
@@ -87,7 +104,7 @@ class RetroMAE(nn.Module):
         decoder_input_ids: torch.Tensor | None,
         decoder_attention: torch.Tensor | None,
     ) -> torch.Tensor:
-        embedding = hidden[:, 0]
+        embedding = self.sentence_embedding(hidden, attention_mask)
         if self.decoding == "plain":
             decoded = self.decode_plain(embedding, decoder_input_ids, attention_mask)
         else:

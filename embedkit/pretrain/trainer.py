@@ -2,27 +2,29 @@
 (checkpoints and resume, seed, bf16 where supported, ``torchrun`` DDP with gloo on CPUs all come with it).
 
 The folder is a plain transformers folder (config, safetensors, tokenizer; the masked-LM model, so its MLM head stays
-for further pretraining), an ``embedkit.json`` pooling hint of ``cls`` and a README card; ``embedkit.load_model``
-loads it and ``embedkit train --model FOLDER`` fine-tunes it.
+for further pretraining) with an ``embedkit.json`` of the pooling and normalisation it is used with (the checkpoint's
+own unless set; ``dupmae`` for DupMAE, its duplex representation), or for TSDAE a sentence-transformers folder, and a
+README card; ``embedkit.load_model`` loads either and ``embedkit train --model FOLDER`` fine-tunes it.
 """
 
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import datasets
 import safetensors.torch
+import torch
 from torch import nn
-from tqdm.auto import tqdm
-from transformers import Trainer, TrainerCallback, TrainingArguments
+from transformers import PreTrainedTokenizerBase, Trainer, TrainingArguments
 from transformers.trainer_callback import ProgressCallback
 
 from embedkit.environment import library_versions
 from embedkit.errors import EmbedkitError
+from embedkit.pretrain.callbacks import HeadWarmup, ProgressBar
+from embedkit.pretrain.card import card
 from embedkit.pretrain.collator import PretrainCollator
 from embedkit.pretrain.config import PretrainConfig
 from embedkit.pretrain.data import corpus_idf, load_texts, tokenize
@@ -31,6 +33,7 @@ from embedkit.pretrain.encoder import load_encoder
 from embedkit.pretrain.masking import Masker
 from embedkit.pretrain.mlm import MaskedLM
 from embedkit.pretrain.retromae import RetroMAE
+from embedkit.pretrain.tsdae import TSDAE
 from embedkit.storage import read_json, write_json, write_text
 from embedkit.training.arguments import shared_training_arguments
 from embedkit.training.evaluator import EncoderEvaluation, RetrievalEvaluator
@@ -39,57 +42,47 @@ from embedkit.training.run_folder import ENCODER_KIND, RECORDS, TrainingRun, par
 RECORD = RECORDS[ENCODER_KIND]
 
 
-class ProgressBar(TrainerCallback):
-    """One bar on the main process: steps, the last logged loss and tokens per second (all processes)."""
-
-    def __init__(self) -> None:
-        self.tokens = 0
-        self.bar: tqdm | None = None
-        self.loss: float | None = None
-
-    def on_train_begin(self, args, state, control, **kwargs) -> None:
-        self.start, self.start_tokens, self.step = time.perf_counter(), self.tokens, state.global_step
-        if state.is_world_process_zero:
-            self.bar = tqdm(total=state.max_steps, initial=state.global_step, desc="pretraining", dynamic_ncols=True)
-
-    def tokens_per_second(self, world_size: int) -> float:
-        return (self.tokens - self.start_tokens) * world_size / max(time.perf_counter() - self.start, 1e-9)
-
-    def on_step_end(self, args, state, control, **kwargs) -> None:
-        if self.bar is not None:
-            self.bar.update(state.global_step - self.step)
-            self.step = state.global_step
-            postfix = {"tok/s": f"{self.tokens_per_second(args.world_size):.0f}"}
-            if self.loss is not None:
-                postfix["loss"] = f"{self.loss:.3f}"
-            self.bar.set_postfix(postfix)
-
-    def on_log(self, args, state, control, logs=None, **kwargs) -> None:
-        if logs and "loss" in logs:
-            self.loss = logs["loss"]
-
-    def on_train_end(self, args, state, control, **kwargs) -> None:
-        if self.bar is not None:
-            self.bar.close()
-
-
 class PretrainTrainer(Trainer):
     """The HF Trainer over an objective module that returns ``{"loss", <component>_loss ...}``.
 
     Checkpoints are safetensors of the whole objective (encoder, decoder layer; tied weights stored once).
     """
 
-    def __init__(self, *args: Any, progress: ProgressBar, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, progress: ProgressBar, head_learning_rate: float, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.progress = progress
+        self.head_learning_rate = head_learning_rate
         self.components: dict[str, float] = {}
         self.component_steps = 0
         self.remove_callback(ProgressCallback)
         self.add_callback(progress)
 
+    def create_optimizer(self, model: nn.Module | None = None) -> torch.optim.Optimizer:
+        """The Trainer's optimizer with the encoder at ``learning_rate`` and the head and decoder (parameters new to
+        the checkpoint, or not part of its body) at ``head_learning_rate``; the schedule scales both."""
+        if self.optimizer is None:
+            model = model if model is not None else self.model
+            decay = set(self.get_decay_parameter_names(model))
+            body = {id(p) for p in model.encoder_parameters()}
+            groups = []
+            for in_body, rate in ((True, self.args.learning_rate), (False, self.head_learning_rate)):
+                for decayed in (True, False):
+                    params = [
+                        p
+                        for name, p in model.named_parameters()
+                        if (id(p) in body) == in_body and (name in decay) == decayed and p.requires_grad
+                    ]
+                    if params:
+                        weight_decay = self.args.weight_decay if decayed else 0.0
+                        groups.append({"params": params, "lr": rate, "weight_decay": weight_decay})
+            optimizer_class, kwargs = self.get_optimizer_cls_and_kwargs(self.args, model)
+            self.optimizer = optimizer_class(groups, **kwargs)
+        return self.optimizer
+
     def compute_loss(self, model: nn.Module, inputs: dict[str, Any], return_outputs: bool = False, **kwargs: Any):
         outputs = model(**inputs)
-        self.progress.tokens += int(inputs["attention_mask"].sum())
+        mask = inputs["attention_mask"] if "attention_mask" in inputs else inputs["target_attention_mask"]
+        self.progress.tokens += int(mask.sum())
         for key, value in outputs.items():
             if key != "loss":
                 self.components[key] = self.components.get(key, 0.0) + float(value)
@@ -121,60 +114,31 @@ class PretrainTrainer(Trainer):
         safetensors.torch.load_model(target, weights, strict=True, device="cpu")
 
 
-def build_objective(config: PretrainConfig, encoder: nn.Module) -> nn.Module:
+def build_objective(config: PretrainConfig) -> tuple[nn.Module, PreTrainedTokenizerBase, str]:
+    """The objective module (which holds the encoder), its tokenizer, and where the encoder came from."""
+    if config.objective == "tsdae":
+        objective = TSDAE(config.model, config.sentence_pooling, config.max_length)
+        return objective, objective.tokenizer, str(config.model or "the packaged default model")
+    encoder, tokenizer, base = load_encoder(config.model, config.model_config)
     if config.objective == "mlm":
-        return MaskedLM(encoder)
+        return MaskedLM(encoder), tokenizer, base
     if config.objective == "dupmae":
-        return DupMAE(encoder, config.decoder, config.bow_weight)
-    return RetroMAE(encoder, config.decoder)
+        return DupMAE(encoder, config.decoder, config.bow_weight, config.sentence_pooling), tokenizer, base
+    return RetroMAE(encoder, config.decoder, config.sentence_pooling), tokenizer, base
 
 
-def _number(value: float | None) -> str:
-    return "not logged" if value is None else f"{value:.4f}"
-
-
-def _dev_lines(curve: list[dict[str, float]]) -> list[str]:
-    """The dev evaluation during pretraining, as a table of the card."""
-    if not curve:
-        return []
-    metrics = [key for key in curve[0] if key != "step"]
-    lines = ["", "Dev evaluation during pretraining (CLS pooling, exact search, trec_eval metrics):", ""]
-    lines += ["| step | " + " | ".join(metrics) + " |", "| --- |" + " --- |" * len(metrics)]
-    lines += [f"| {row['step']} | " + " | ".join(f"{row[m]:.4f}" for m in metrics) + " |" for row in curve]
-    return lines
-
-
-def _card(record: dict[str, Any]) -> str:
-    config = record["config"]
-    rows = [f"| {k} | `{v!r}` |" for k, v in config.items()]
-    papers = {
-        "retromae": "RetroMAE (Xiao et al., 2022)",
-        "dupmae": "DupMAE (Xiao et al., 2023)",
-        "mlm": "masked language modelling (Devlin et al., 2019)",
-    }
-    lines = [
-        f"# {Path(config['output']).name}",
-        "",
-        "A BERT-like encoder after retrieval-oriented pretraining with embedkit. Load it with "
-        '`embedkit.load_model(path, pooling="cls")`; fine-tune it with `embedkit train --model path`.',
-        "",
-        "## embedkit pretraining",
-        "",
-        f"- objective: {config['objective']}, {papers[config['objective']]}",
-        f"- masks: {record['masks']}",
-        f"- steps: {record['steps']}; batch size {config['batch_size']}; max length {config['max_length']}",
-        f"- corpus: {record['corpus']}; {record['texts']} texts",
-        f"- started from: {record['base_model']}" + (" (random init)" if config["model_config"] else ""),
-        f"- wall time: {record['train_seconds']:.0f} s; {record['tokens_per_second']:.0f} tokens/s",
-        f"- logged loss: first {_number(record['first_loss'])}, last {_number(record['last_loss'])}",
-        *_dev_lines(record.get("dev_curve") or []),
-        "",
-        "| setting | value |",
-        "| --- | --- |",
-        *rows,
-        "",
-    ]
-    return "\n".join(lines)
+def save_encoder(
+    objective: nn.Module, tokenizer: PreTrainedTokenizerBase, config: PretrainConfig, folder: Path
+) -> None:
+    """The encoder as it is used: pooled and normalised as the config says (see the module docstring)."""
+    if isinstance(objective, TSDAE):
+        objective.sentence_model(config.normalize).save(str(folder))
+        return
+    objective.encoder.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    pooling = "dupmae" if config.objective == "dupmae" else config.sentence_pooling
+    hint = {"pooling": pooling, "sentence_pooling": config.sentence_pooling, "normalize": config.normalize}
+    write_json(folder / "embedkit.json", hint)
 
 
 def pretrain(config: PretrainConfig, dataset: datasets.Dataset | None = None) -> Path:
@@ -207,11 +171,11 @@ def pretrain(config: PretrainConfig, dataset: datasets.Dataset | None = None) ->
 def _pretrain_run(
     config: PretrainConfig, run: TrainingRun, args: TrainingArguments, dataset: datasets.Dataset | None
 ) -> Path:
-    encoder, tokenizer, base = load_encoder(config.model, config.model_config)
+    objective, tokenizer, base = build_objective(config)
     texts, origin = load_texts(
         dataset if dataset is not None else (config.dataset or config.data), config.corpus_limit, config.data_dir
     )
-    examples = tokenize(texts, tokenizer, config.max_length)
+    examples = tokenize(texts, tokenizer, config.max_length, config.chunk_overlap)
     idf = corpus_idf(examples, len(tokenizer)) if config.masking == "idf" else None
     collator = PretrainCollator(
         tokenizer,
@@ -221,36 +185,42 @@ def _pretrain_run(
         config.decoder_mask_ratio,
         config.decoder,
         seed=config.seed + args.process_index,
+        deletion_ratio=config.deletion_ratio,
+        max_length=config.max_length,
     )
     progress = ProgressBar()
     trainer = PretrainTrainer(
-        model=build_objective(config, encoder),
+        model=objective,
         args=args,
         train_dataset=examples,
         data_collator=collator,
         processing_class=tokenizer,
         progress=progress,
+        head_learning_rate=config.head_learning_rate,
     )
+    if config.head_warmup_steps:
+        trainer.add_callback(HeadWarmup(objective.encoder_parameters(), config.head_warmup_steps))
     dev = None
-    if config.dev_dataset:  # the encoder as it will be loaded (CLS pooling), scored on a dev set as it trains
+    if config.dev_dataset:  # the encoder as it will be loaded (its sentence pooling), scored on a dev set as it trains
         evaluator = RetrievalEvaluator.of(config.dev_dataset, config.dev_split, config.data_dir)
         every = config.eval_steps or config.save_steps
-        dev = EncoderEvaluation(evaluator, encoder, tokenizer, "cls", config.max_length, every)
+        dev = EncoderEvaluation(
+            evaluator, objective.encoder, tokenizer, config.sentence_pooling, config.max_length, every
+        )
         trainer.add_callback(dev)
     result = trainer.train(resume_from_checkpoint=run.resume_from)
     if not trainer.is_world_process_zero():
         return run.output
     staging = run.fresh_staging()
-    encoder.save_pretrained(staging)
-    tokenizer.save_pretrained(staging)
-    write_json(staging / "embedkit.json", {"pooling": "cls"})
+    save_encoder(objective, tokenizer, config, staging)
     history = [row for row in trainer.state.log_history if "loss" in row]
     record: dict[str, Any] = {
         "format": f"embedkit.{ENCODER_KIND}/1",
         "config": asdict(config),
         "base_model": base,
         "corpus": origin,
-        "texts": len(examples),
+        "texts": len(texts),
+        "chunks": len(examples),
         "masks": config.masks(),
         "steps": trainer.state.global_step,
         "train_seconds": result.metrics.get("train_runtime", 0.0),
@@ -267,7 +237,7 @@ def _pretrain_run(
         "library_versions": library_versions(),
     }
     write_json(staging / RECORD, record)
-    write_text(staging / "README.md", _card(record))
+    write_text(staging / "README.md", card(record))
     return run.commit()
 
 
