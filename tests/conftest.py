@@ -30,6 +30,7 @@ RUN_FIRST = (
     "test_cli.py",
     "test_encode_folder.py",
     "test_pretrain_end_to_end.py",
+    "test_pretrain_study.py",
     "test_backends.py",
     "test_reproduce.py",
     "test_kill.py",
