@@ -53,6 +53,10 @@ SCRATCH_ARMS = ("finetune", "mlm", "retromae", "dupmae")
 MIN_GAIN = 0.010
 
 
+class NotRun(Exception):
+    """A stage ``--report-only`` found no record of."""
+
+
 class Study:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
@@ -65,6 +69,8 @@ class Study:
         path = self.output / "stages" / f"{name.replace('/', '__')}.json"
         if path.is_file():
             return read_json(path)
+        if self.args.report_only:
+            raise NotRun(name)
         begun = time.perf_counter()
         result = run()
         result["stage_seconds"] = round(time.perf_counter() - begun, 1)
@@ -181,14 +187,18 @@ class Study:
         seeds = [int(s) for s in args.seeds.split(",")]
         rows: dict[str, Any] = {"base": {"zero_shot": self.stage("zero-shot/base", lambda: self.score(start))}}
         for arm in args.arms.split(","):
-            row: dict[str, Any] = {}
-            origin = start
-            if arm != "finetune":
-                row["pretraining"] = self.pretrained(arm, start)
-                origin = row["pretraining"]["folder"]
-                row["zero_shot"] = self.stage(f"zero-shot/{arm}", lambda origin=origin: self.score(origin))
-            row["seeds"] = [self.finetuned(arm, origin, seed, mined) for seed in seeds]
+            row: dict[str, Any] = {"seeds": []}
             rows[arm] = row
+            try:
+                origin = start
+                if arm != "finetune":
+                    row["pretraining"] = self.pretrained(arm, start)
+                    origin = row["pretraining"]["folder"]
+                    row["zero_shot"] = self.stage(f"zero-shot/{arm}", lambda origin=origin: self.score(origin))
+                for seed in seeds:
+                    row["seeds"].append(self.finetuned(arm, origin, seed, mined))
+            except NotRun as missing:
+                row["not_run_from"] = str(missing)
         return rows
 
 
@@ -242,6 +252,12 @@ def summarise(study: Study, rows: dict[str, Any]) -> dict[str, Any]:
             continue
         values = [s["ndcg_at_10"] for s in row["seeds"]]
         pretraining = row.get("pretraining")
+        if len(values) < len(baseline) and arm != "finetune":
+            shown = ", ".join(f"{v:.4f}" for v in values) or "–"
+            zero = f"{row['zero_shot']['ndcg_at_10']:.4f}" if "zero_shot" in row else "–"
+            word = f"not run to the end (stopped at {row.get('not_run_from')})"
+            lines.append(f"| {arm} | – | – | {zero} | {shown} | – | – | – | – | {word} |")
+            continue
         steps = (
             f"{pretraining['steps'] - pretraining['head_warmup_steps']} (+{pretraining['head_warmup_steps']})"
             if pretraining
@@ -277,7 +293,7 @@ def summarise(study: Study, rows: dict[str, Any]) -> dict[str, Any]:
         ]
         printed = subprocess.run(command, capture_output=True, text=True, check=True).stdout
         test = read_json(compare_dir / "compare.json")["comparisons"][0]["tests"]["ndcg_at_10"]
-        word = verdict(baseline, values, test) if len(values) == len(baseline) else "incomplete"
+        word = verdict(baseline, values, test)
         summary["compare"][arm] = {
             "command": "embedkit " + " ".join(command[3:]),
             "output": printed,
@@ -318,12 +334,14 @@ def main() -> None:
     parser.add_argument("--device", default=None)
     parser.add_argument("--from-scratch", action="store_true", help="start every arm from one random 6-layer BERT")
     parser.add_argument("--toy", action="store_true", help="a 2-layer, 64-wide random BERT (with --from-scratch)")
+    parser.add_argument("--report-only", action="store_true", help="summarise the finished stages; run nothing")
     args = parser.parse_args()
     args.arms = args.arms or ",".join(SCRATCH_ARMS if args.from_scratch else CONTINUED_ARMS)
     if "finetune" not in args.arms.split(","):
         parser.error("--arms must include finetune, the baseline every arm is compared with")
     study = Study(args)
-    write_json(study.output / "settings.json", vars(args))
+    if not args.report_only:
+        write_json(study.output / "settings.json", vars(args))
     summary = summarise(study, study.run())
     print(summary["table"])
 
