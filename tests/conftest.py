@@ -109,20 +109,27 @@ def write_qrels(path: Path, rows: list[tuple[str, str, int]]) -> Path:
     return path
 
 
+def write_scifact_slice(folder: Path, scifact, queries: dict[str, int], documents: int, pool: int) -> Path:
+    """A small real BEIR folder: the first ``queries[split]`` queries of each split with their qrels, their relevant
+    documents, and other documents from the first ``pool`` of the corpus up to ``documents`` in all."""
+    relevant, texts = set(), {}
+    for split, count in queries.items():
+        qrels = scifact.qrels(split)
+        chosen = list(qrels)[:count]
+        texts |= {q: scifact.queries[q] for q in chosen}
+        relevant |= {doc for q in chosen for doc in qrels[q]}
+        write_qrels(folder / "qrels" / f"{split}.tsv", [(q, d, s) for q in chosen for d, s in qrels[q].items()])
+    docs = [row for row in scifact.corpus if row["_id"] in relevant]
+    docs += [row for row in scifact.corpus.select(range(pool)) if row["_id"] not in relevant][: documents - len(docs)]
+    write_jsonl(folder / "corpus.jsonl", docs)
+    write_jsonl(folder / "queries.jsonl", [{"_id": q, "text": text} for q, text in texts.items()])
+    return folder
+
+
 @pytest.fixture(scope="session")
 def scifact_subset(tmp_path_factory, scifact) -> Path:
     """A small real BEIR folder: 20 SciFact test queries, their relevant docs, and 280 other documents."""
-    folder = tmp_path_factory.mktemp("scifact-subset")
-    qrels = scifact.qrels("test")
-    query_ids = list(qrels)[:20]
-    relevant = {doc for q in query_ids for doc in qrels[q]}
-    corpus = scifact.corpus
-    docs = [row for row in corpus if row["_id"] in relevant]
-    docs += [row for row in corpus.select(range(300)) if row["_id"] not in relevant][: 300 - len(docs)]
-    write_jsonl(folder / "corpus.jsonl", docs)
-    write_jsonl(folder / "queries.jsonl", [{"_id": q, "text": scifact.queries[q]} for q in query_ids])
-    write_qrels(folder / "qrels" / "test.tsv", [(q, d, s) for q in query_ids for d, s in qrels[q].items()])
-    return folder
+    return write_scifact_slice(tmp_path_factory.mktemp("scifact-subset"), scifact, {"test": 20}, 300, 300)
 
 
 @pytest.fixture(scope="session")

@@ -57,22 +57,16 @@ def test_pretrain_saves_an_encoder_that_loads_and_fine_tunes(tiny_bert, scifact_
     assert load_model(output).settings["pooling"] == "cls"  # from the embedkit.json hint
     assert load_model(output, pooling="dupmae").encode_queries([text]).shape == (1, 128)
 
+    assert load_model(_fine_tuned(output, scifact_subset, tmp_path), device="cpu").settings["pooling"] == "cls"
+
+
+def _fine_tuned(encoder, corpus, tmp_path):
+    """A two-step SimCSE fine-tune of a pretrained folder: it loads and trains."""
     tuned = tmp_path / "tuned"
-    train(
-        TrainConfig(
-            output=str(tuned),
-            model=str(output),
-            objective="simcse",
-            dataset=str(scifact_subset),
-            corpus_limit=16,
-            batch_size=4,
-            max_steps=2,
-            max_length=64,
-            save_steps=1000,
-        )
-    )
+    settings = {"corpus_limit": 16, "batch_size": 4, "max_steps": 2, "max_length": 32, "save_steps": 1000}
+    train(TrainConfig(output=str(tuned), model=str(encoder), objective="simcse", dataset=str(corpus), **settings))
     assert training_record(tuned)["steps"] == 2
-    assert load_model(tuned, device="cpu").settings["pooling"] == "cls"
+    return tuned
 
 
 def test_a_killed_pretraining_resumes_from_its_last_checkpoint(tiny_bert, scifact_subset, tmp_path):
@@ -247,18 +241,4 @@ def test_cli_pretrains_with_tsdae_and_the_output_fine_tunes(tiny_bert, scifact_s
     assert (output / "modules.json").is_file()  # a sentence-transformers folder: pooling and normalisation inside
     model = load_model(output, max_length=32)
     assert model.settings["pooling"] == "cls" and model.encode_queries(["fever"]).shape == (1, 64)
-    tuned = tmp_path / "tuned"
-    train(
-        TrainConfig(
-            output=str(tuned),
-            model=str(output),
-            objective="simcse",
-            dataset=str(scifact_subset),
-            corpus_limit=8,
-            batch_size=4,
-            max_steps=1,
-            max_length=32,
-            save_steps=1000,
-        )
-    )
-    assert training_record(tuned)["steps"] == 1
+    _fine_tuned(output, scifact_subset, tmp_path)

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import write_jsonl, write_qrels
+from conftest import write_scifact_slice
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "domain_adaptation_scifact.py"
 VERDICTS = {"helps", "hurts", "no measurable effect at this budget"}
@@ -18,20 +18,8 @@ VERDICTS = {"helps", "hurts", "no measurable effect at this budget"}
 
 @pytest.fixture(scope="module")
 def toy_beir(tmp_path_factory, scifact) -> Path:
-    """20 train and 20 test SciFact queries, their relevant documents and 200 others."""
-    folder = tmp_path_factory.mktemp("toy-beir")
-    docs, queries = set(), {}
-    for split in ("train", "test"):
-        qrels = scifact.qrels(split)
-        chosen = list(qrels)[:20]
-        queries |= {q: scifact.queries[q] for q in chosen}
-        docs |= {d for q in chosen for d in qrels[q]}
-        write_qrels(folder / "qrels" / f"{split}.tsv", [(q, d, s) for q in chosen for d, s in qrels[q].items()])
-    rows = [row for row in scifact.corpus if row["_id"] in docs]
-    rows += [row for row in scifact.corpus.select(range(400)) if row["_id"] not in docs][:200]
-    write_jsonl(folder / "corpus.jsonl", rows)
-    write_jsonl(folder / "queries.jsonl", [{"_id": q, "text": t} for q, t in queries.items()])
-    return folder
+    """20 train and 20 test SciFact queries, their relevant documents and others: 240 documents."""
+    return write_scifact_slice(tmp_path_factory.mktemp("toy-beir"), scifact, {"train": 20, "test": 20}, 240, 400)
 
 
 def test_the_from_scratch_study_runs_end_to_end_and_resumes(toy_beir, tmp_path):

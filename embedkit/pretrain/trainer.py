@@ -18,7 +18,7 @@ import datasets
 import safetensors.torch
 import torch
 from torch import nn
-from transformers import PreTrainedTokenizerBase, Trainer, TrainingArguments
+from transformers import PreTrainedTokenizerBase, Trainer, TrainingArguments, set_seed
 from transformers.trainer_callback import ProgressCallback
 
 from embedkit.environment import library_versions
@@ -171,6 +171,7 @@ def pretrain(config: PretrainConfig, dataset: datasets.Dataset | None = None) ->
 def _pretrain_run(
     config: PretrainConfig, run: TrainingRun, args: TrainingArguments, dataset: datasets.Dataset | None
 ) -> Path:
+    set_seed(config.seed)  # a new head or decoder starts from the same weights whatever ran before in this process
     objective, tokenizer, base = build_objective(config)
     texts, origin = load_texts(
         dataset if dataset is not None else (config.dataset or config.data), config.corpus_limit, config.data_dir
@@ -205,7 +206,7 @@ def _pretrain_run(
         evaluator = RetrievalEvaluator.of(config.dev_dataset, config.dev_split, config.data_dir)
         every = config.eval_steps or config.save_steps
         dev = EncoderEvaluation(
-            evaluator, objective.encoder, tokenizer, config.sentence_pooling, config.max_length, every
+            evaluator, objective.encoder, tokenizer, config.sentence_pooling, config.max_length, every, config.normalize
         )
         trainer.add_callback(dev)
     result = trainer.train(resume_from_checkpoint=run.resume_from)

@@ -67,16 +67,23 @@ class RetrievalEvaluator(BaseEvaluator):
 
 
 class EncoderEvaluation(TrainerCallback):
-    """Runs a ``RetrievalEvaluator`` on a plain encoder during pretraining (CLS or mean pooling, as the output will be
-    loaded), logging its metrics with the Trainer's and keeping them for the record and the card."""
+    """Runs a ``RetrievalEvaluator`` on a plain encoder during pretraining (CLS or mean pooling, normalised or not, as
+    the output will be loaded), logging its metrics with the Trainer's and keeping them for the record and the card."""
 
     def __init__(
-        self, evaluator: RetrievalEvaluator, encoder: Any, tokenizer: Any, pooling: str, max_length: int, every: int
+        self,
+        evaluator: RetrievalEvaluator,
+        encoder: Any,
+        tokenizer: Any,
+        pooling: str,
+        max_length: int,
+        every: int,
+        normalize: bool = False,
     ) -> None:
         if pooling not in ("cls", "mean"):
             raise EmbedkitError(f"the dev evaluation pools with cls or mean, not '{pooling}'", field="pooling")
         self.evaluator, self.encoder, self.tokenizer = evaluator, encoder, tokenizer
-        self.pooling, self.max_length, self.every = pooling, max_length, every
+        self.pooling, self.max_length, self.every, self.normalize = pooling, max_length, every, normalize
         self.history: list[dict[str, float]] = []
 
     def embed(self, texts: list[str]) -> np.ndarray:
@@ -96,6 +103,8 @@ class EncoderEvaluation(TrainerCallback):
             else:
                 mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
                 pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+            if self.normalize:
+                pooled = torch.nn.functional.normalize(pooled.float(), dim=-1)
             rows.append(pooled.float().cpu().numpy())
         return np.concatenate(rows)
 
