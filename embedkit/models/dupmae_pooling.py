@@ -21,6 +21,7 @@ from transformers import AutoConfig, BertConfig
 from transformers.models.bert.modeling_bert import BertOnlyMLMHead
 
 from embedkit.errors import EmbedkitError
+from embedkit.models.pooling import SENTENCE_POOLINGS, sentence_vector
 
 
 class DupMAEPooling(Module):
@@ -44,7 +45,7 @@ class DupMAEPooling(Module):
         dense_pooling: str = "cls",
     ) -> None:
         super().__init__()
-        if dense_pooling not in ("cls", "mean"):
+        if dense_pooling not in SENTENCE_POOLINGS:
             raise EmbedkitError(f"dupmae pools its dense part with cls or mean, not '{dense_pooling}'", field="pooling")
         self.dense_pooling = dense_pooling
         self.hidden_size = hidden_size
@@ -90,11 +91,7 @@ class DupMAEPooling(Module):
         lengths = features["attention_mask"].sum(dim=1)
         ordinary[torch.arange(len(tokens)), lengths - 1] = False  # [SEP]
         reduced = F.adaptive_max_pool1d(self.token_vector(tokens, ordinary)[:, None], self.reduced_dim)[:, 0]
-        if self.dense_pooling == "cls":
-            dense = tokens[:, 0]
-        else:
-            weights = features["attention_mask"][..., None].to(tokens.dtype)
-            dense = (tokens * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1e-9)
+        dense = sentence_vector(tokens, features["attention_mask"], self.dense_pooling)
         features["sentence_embedding"] = torch.cat([dense, reduced.to(tokens.dtype)], dim=-1)
         return features
 

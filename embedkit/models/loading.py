@@ -16,17 +16,10 @@ from embedkit.models.device import pick_device
 from embedkit.models.dupmae_pooling import DupMAEPooling
 from embedkit.models.embedding_model import EmbeddingModel
 from embedkit.models.options import check_run_options
-from embedkit.models.reference import hub_offline, resolve_model
+from embedkit.models.reference import folder_hint, hub_offline, resolve_model
 from embedkit.storage import read_json
 
 POOLING_MODES = {"cls": "cls", "mean": "mean", "last": "lasttoken", "max": "max"}
-
-
-def _folder_hint(path: str) -> dict[str, Any]:
-    """What ``embedkit pretrain`` wrote of how its folder is used: ``pooling``, ``sentence_pooling``, ``normalize``."""
-    hint = Path(path) / "embedkit.json"
-    found = read_json(hint) if hint.is_file() else {}
-    return found if isinstance(found, dict) else {}
 
 
 def _default_pooling(path: str) -> str:
@@ -39,7 +32,7 @@ def _default_pooling(path: str) -> str:
 
 
 def _plain_transformers(path: str, pooling: str | None, normalize: bool | None) -> tuple[SentenceTransformer, str]:
-    hint = _folder_hint(path)
+    hint = folder_hint(path)
     pooling = pooling or hint.get("pooling") or _default_pooling(path)
     normalize = bool(hint.get("normalize")) if normalize is None else normalize
     if pooling not in POOLING_MODES and pooling != "dupmae":

@@ -10,8 +10,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from embedkit.errors import EmbedkitError
+from embedkit.storage import read_json
 
 DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 
@@ -30,6 +32,14 @@ class ModelReference:
 
     name: str
     path: Path
+
+
+def folder_hint(path: str | Path) -> dict[str, Any]:
+    """What ``embedkit pretrain`` wrote of how its folder is used (``embedkit.json``: ``pooling``,
+    ``sentence_pooling``, ``normalize``); empty for any other folder or name."""
+    hint = Path(path).expanduser() / "embedkit.json"
+    found = read_json(hint) if hint.is_file() else {}
+    return found if isinstance(found, dict) else {}
 
 
 def hub_offline() -> bool:

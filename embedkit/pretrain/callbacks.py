@@ -50,8 +50,9 @@ class HeadWarmup(TrainerCallback):
 
     A sentence-embedding checkpoint has no MLM head (or decoder); one initialised at random sends large, meaningless
     gradients into the encoder and undoes its contrastive training before the head has learnt anything. Measured on
-    SciFact (100 test queries, zero-shot nDCG@10): 0.7757 before, 0.7249 after 40 MLM steps from a random head,
-    0.7760 with the warm-up first. Frozen parameters get no gradient, so the optimizer leaves them as they are.
+    SciFact (100 test queries x 999 documents, 128 tokens, zero-shot nDCG@10): 0.8092 before, 0.7928 after 40 MLM
+    steps from a random head at lr 5e-5, 0.8097 with 20 warm-up steps first (``tests/test_pretrain_warmup.py``).
+    Frozen parameters get no gradient, so the optimizer leaves them as they are.
     """
 
     def __init__(self, encoder_parameters: Iterable[nn.Parameter], steps: int) -> None:

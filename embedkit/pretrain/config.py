@@ -6,14 +6,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from embedkit.errors import EmbedkitError
-from embedkit.models.reference import default_model_path
+from embedkit.models.pooling import SENTENCE_POOLINGS
+from embedkit.models.reference import default_model_path, folder_hint
 from embedkit.storage import read_json
 from embedkit.training.config import RunConfig
 
 OBJECTIVES = ("retromae", "dupmae", "mlm", "tsdae")
 POLICIES = ("random", "whole_word", "span", "idf")
 DECODERS = ("enhanced", "plain")
-SENTENCE_POOLINGS = ("cls", "mean")
 CONTINUED_LEARNING_RATE = 2e-5  # continued pretraining of an embedder, as FlagEmbedding's examples use
 FROM_SCRATCH_LEARNING_RATE = 1e-4  # BERT and RetroMAE recipes from random weights
 HEAD_WARMUP_STEPS = 25
@@ -125,9 +125,6 @@ def checkpoint_pooling(source: str | Path) -> tuple[str, bool]:
                 config = read_json(folder / str(module.get("path", "")) / "config.json")
                 pooling = "mean" if isinstance(config, dict) and config.get("pooling_mode_mean_tokens") else "cls"
         return pooling, any(str(m.get("type", "")).endswith(".Normalize") for m in modules)
-    if (folder / "embedkit.json").is_file():
-        hint = read_json(folder / "embedkit.json")
-        hint = hint if isinstance(hint, dict) else {}
-        pooling = hint.get("sentence_pooling") or hint.get("pooling")
-        return (pooling if pooling in SENTENCE_POOLINGS else "cls"), bool(hint.get("normalize"))
-    return "cls", False
+    hint = folder_hint(folder)
+    pooling = hint.get("sentence_pooling") or hint.get("pooling")
+    return (pooling if pooling in SENTENCE_POOLINGS else "cls"), bool(hint.get("normalize"))

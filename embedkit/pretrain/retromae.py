@@ -26,7 +26,8 @@ from torch import nn
 from transformers import PreTrainedModel
 from transformers.models.bert.modeling_bert import BertLayer
 
-from embedkit.pretrain.config import DECODERS, SENTENCE_POOLINGS
+from embedkit.models.pooling import SENTENCE_POOLINGS, sentence_vector
+from embedkit.pretrain.config import DECODERS
 from embedkit.pretrain.encoder import additive_mask, masked_lm_loss, mlm_head
 
 
@@ -89,11 +90,7 @@ class RetroMAE(nn.Module):
         return self.decoder.feed_forward_chunk(self.decoder.attention.output(context, query))
 
     def sentence_embedding(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """[CLS], or the mean over every non-padding position (sentence-transformers' mean pooling)."""
-        if self.pooling == "cls":
-            return hidden[:, 0]
-        weights = attention_mask[..., None].to(hidden.dtype)
-        return (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1e-9)
+        return sentence_vector(hidden, attention_mask, self.pooling)
 
     def reconstruction_loss(
         self,

@@ -18,6 +18,7 @@ from transformers import TrainerCallback
 from embedkit.data.beir import BeirDataset, doc_text, load_dataset
 from embedkit.errors import EmbedkitError
 from embedkit.evaluation.metrics import compute_metrics
+from embedkit.models.pooling import SENTENCE_POOLINGS, sentence_vector
 from embedkit.protocols import Run
 
 
@@ -80,7 +81,7 @@ class EncoderEvaluation(TrainerCallback):
         every: int,
         normalize: bool = False,
     ) -> None:
-        if pooling not in ("cls", "mean"):
+        if pooling not in SENTENCE_POOLINGS:
             raise EmbedkitError(f"the dev evaluation pools with cls or mean, not '{pooling}'", field="pooling")
         self.evaluator, self.encoder, self.tokenizer = evaluator, encoder, tokenizer
         self.pooling, self.max_length, self.every, self.normalize = pooling, max_length, every, normalize
@@ -98,11 +99,7 @@ class EncoderEvaluation(TrainerCallback):
                 return_tensors="pt",
             ).to(model.device)
             hidden = model(**batch).last_hidden_state
-            if self.pooling == "cls":
-                pooled = hidden[:, 0]
-            else:
-                mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
-                pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+            pooled = sentence_vector(hidden, batch["attention_mask"], self.pooling)
             if self.normalize:
                 pooled = torch.nn.functional.normalize(pooled.float(), dim=-1)
             rows.append(pooled.float().cpu().numpy())
