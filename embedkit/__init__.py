@@ -33,6 +33,8 @@ _EXPORTS = {
     "load_model": "embedkit.models",
     "dense_search": "embedkit.search",
     "read_run": "embedkit.data",
+    "RerankSettings": "embedkit.reranking",
+    "rerank": "embedkit.reranking",
     "write_run": "embedkit.data",
 }
 
@@ -48,6 +50,7 @@ __all__ = [
     "Hybrid",
     "Index",
     "PartitionedIndex",
+    "RerankSettings",
     "ShardedIndex",
     "__version__",
     "compute_metrics",
@@ -58,6 +61,7 @@ __all__ = [
     "load_index",
     "load_model",
     "read_run",
+    "rerank",
     "write_run",
 ]
 
@@ -71,4 +75,5 @@ if TYPE_CHECKING:
     from embedkit.evaluation import EvaluateOptions, compute_metrics, evaluate
     from embedkit.index import Index, PartitionedIndex, ShardedIndex, load_index
     from embedkit.models import EmbeddingModel, load_model
+    from embedkit.reranking import RerankSettings, rerank
     from embedkit.search import BM25, Dense, Fusion, Hybrid, dense_search

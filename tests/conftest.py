@@ -25,8 +25,10 @@ TEST_CACHE = REPO / ".cache" / "embeddings"
 # the other runs long files that do not need those embeddings; then the other long files, so short ones end the run.
 RUN_FIRST = (
     "test_metrics.py",
+    "test_rerank.py",
     "test_bad_input.py",
     "test_train.py",
+    "test_train_dev.py",
     "test_cli.py",
     "test_encode_folder.py",
     "test_pretrain_end_to_end.py",
@@ -130,6 +132,61 @@ def write_scifact_slice(folder: Path, scifact, queries: dict[str, int], document
 def scifact_subset(tmp_path_factory, scifact) -> Path:
     """A small real BEIR folder: 20 SciFact test queries, their relevant docs, and 280 other documents."""
     return write_scifact_slice(tmp_path_factory.mktemp("scifact-subset"), scifact, {"test": 20}, 300, 300)
+
+
+@pytest.fixture(scope="session")
+def train_slice(tmp_path_factory, scifact) -> Path:
+    """A real BEIR folder with 80 SciFact train queries, 20 test queries and 400 documents."""
+    return write_scifact_slice(tmp_path_factory.mktemp("train-slice"), scifact, {"train": 80, "test": 20}, 400, 400)
+
+
+def _mine_slice(train_slice, default_model, folder: Path, range_min: int, range_max: int) -> Path:
+    from embedkit import load_dataset
+    from embedkit.train.mining import MiningSettings, mine_hard_negatives, write_mined
+
+    data = load_dataset(train_slice)
+    settings = MiningSettings(split="train", range_min=range_min, range_max=range_max, num_negatives=3)
+    records = mine_hard_negatives(default_model, data, settings, cache_dir=TEST_CACHE)
+    return write_mined(folder / "mined.jsonl", records, default_model, data, settings)
+
+
+@pytest.fixture(scope="session")
+def slice_mined(train_slice, default_model, tmp_path_factory) -> Path:
+    """``embedkit mine``'s file for the slice's train queries: 3 hard negatives each from ranks 3-40."""
+    return _mine_slice(train_slice, default_model, tmp_path_factory.mktemp("mined"), 3, 40)
+
+
+@pytest.fixture(scope="session")
+def slice_mined_far(train_slice, default_model, tmp_path_factory) -> Path:
+    """The same with 3 easy negatives each from ranks 300-400 of the 400 documents (what a small teacher can learn)."""
+    return _mine_slice(train_slice, default_model, tmp_path_factory.mktemp("mined-far"), 300, 400)
+
+
+@pytest.fixture(scope="session")
+def cross_encoder(slice_mined_far, train_slice, tmp_path_factory) -> Path:
+    """A cross-encoder trained by ``embedkit train --objective cross-encoder`` from the default model's encoder on
+    the far-mined slice (BCE, 2 epochs of about 18 steps, 96 tokens), a fifth of the train queries carved out as its
+    dev set: a small reranker that tells a query's positive from unrelated documents (hard negatives need far more
+    steps than a test can take: ``benchmarks/rerank_scifact.py`` trains the real one)."""
+    from embedkit.train import TrainConfig, train
+
+    config = TrainConfig(
+        output=str(tmp_path_factory.mktemp("cross-encoder") / "model"),
+        objective="cross-encoder",
+        data=str(slice_mined_far),
+        dataset=str(train_slice),
+        num_negatives=3,
+        drop_short_examples=True,
+        max_length=96,
+        batch_size=16,
+        epochs=2,
+        learning_rate=1e-4,
+        dev_fraction=0.2,
+        eval_steps=12,
+        dev_dtype="bfloat16",
+        logging_steps=6,
+    )
+    return train(config)
 
 
 @pytest.fixture(scope="session")

@@ -240,6 +240,7 @@ def test_every_public_name_resolves():
         "embedkit.index",
         "embedkit.search",
         "embedkit.evaluation",
+        "embedkit.reranking",
         "embedkit.report",
         "embedkit.train",
         "embedkit.pretrain",
@@ -248,3 +249,4 @@ def test_every_public_name_resolves():
         for name in module.__all__:
             assert getattr(module, name) is not None, f"{package}.{name}"
     assert embedkit.ShardedIndex is embedkit.PartitionedIndex
+    assert callable(embedkit.rerank) and callable(embedkit.evaluate)  # no subpackage shadows a function's name

@@ -30,9 +30,21 @@ INTERRUPTED = 130
 
 
 def _register() -> None:
-    from embedkit.cli import compare, encode, evaluate, index, mine, pretrain, reproduce, search, train
+    from embedkit.cli import (
+        compare,
+        encode,
+        evaluate,
+        index,
+        mine,
+        pretrain,
+        reproduce,
+        rerank,
+        rescore,
+        search,
+        train,
+    )
 
-    for module in (encode, index, search, evaluate, mine, train, pretrain, compare, reproduce):
+    for module in (encode, index, search, rerank, evaluate, mine, rescore, train, pretrain, compare, reproduce):
         module.register(app)
 
 

@@ -53,6 +53,15 @@ def evaluate(
     rrf_k: Annotated[
         Optional[int], typer.Option(help="The k of reciprocal-rank fusion, 1/(k + rank). [default: 60]")
     ] = None,
+    reranker: Annotated[
+        Optional[str], typer.Option(help="A CrossEncoder (folder or Hub name) that re-scores the top hits.")
+    ] = None,
+    rerank_depth: Annotated[Optional[int], typer.Option(help="Hits per query reranked. [default: 100]")] = None,
+    rerank_batch_size: Annotated[Optional[int], typer.Option(help="Pairs per forward pass. [default: 32]")] = None,
+    rerank_max_length: Annotated[Optional[int], typer.Option(help="Tokens per (query, document) pair.")] = None,
+    rerank_dtype: Annotated[
+        Optional[str], typer.Option(help="float32 | bfloat16 | float16 for the reranker. [default: float32]")
+    ] = None,
     harness: Annotated[
         str, typer.Option(help="embedkit | mteb (also run mteb.evaluate; its result JSON goes beside the report).")
     ] = "embedkit",
@@ -100,6 +109,9 @@ def evaluate(
         opt.refuse_unused({"--fusion-weights": fusion_weights}, "with rrf fusion (weights are for interpolation)")
     if harness == "mteb" and retriever != "dense":
         raise EmbedkitError(f"the mteb harness runs dense retrieval, not {retriever}", field="--harness")
+    reranking = rerank_settings(reranker, rerank_depth, rerank_batch_size, rerank_max_length, rerank_dtype)
+    if harness == "mteb" and reranking is not None:
+        raise EmbedkitError("the mteb harness scores a first stage only; rerank with embedkit's", field="--harness")
     options.check()  # after the refusals above: a model flag given to BM25 is refused as unused, not resolved
     retriever_spec = spec_from_flags(retriever, dense, lexical, fused, weights)
     check_parent(output / "report")
@@ -120,7 +132,7 @@ def evaluate(
         output=output,
         k=k,
         cache_dir=cache_dir,
-        options=EvaluateOptions(ignore_identical_ids, harness, mteb_task, data_dir, overwrite),
+        options=EvaluateOptions(ignore_identical_ids, harness, mteb_task, data_dir, overwrite, reranking),
     )
     typer.echo(render_markdown(report))
     if "mteb" in report:
@@ -144,6 +156,23 @@ def spec_from_flags(
     dense_spec, bm25_spec = Dense(**given(dense)), BM25(**given(lexical, "bm25-"))
     specs = {"dense": dense_spec, "bm25": bm25_spec, "hybrid": Hybrid(dense_spec, bm25_spec, Fusion(**fusion))}
     return specs[kind].check()
+
+
+def rerank_settings(
+    model: str | None, depth: int | None, batch_size: int | None, max_length: int | None, dtype: str | None
+) -> Any:
+    """The reranking stage the flags describe (None without --reranker), checked before torch loads."""
+    flags = {"--rerank-depth": depth, "--rerank-batch-size": batch_size, "--rerank-max-length": max_length}
+    if model is None:
+        opt.refuse_unused({**flags, "--rerank-dtype": dtype}, "without --reranker")
+        return None
+    from embedkit.reranking.settings import RerankSettings, resolve_cross_encoder
+
+    given = {flag.removeprefix("--rerank-").replace("-", "_"): value for flag, value in flags.items()}
+    settings = RerankSettings(model, **{k: v for k, v in given.items() if v is not None}, dtype=dtype or "float32")
+    settings.check("--rerank-")
+    resolve_cross_encoder(model, "--reranker")
+    return settings
 
 
 def parse_weights(text: str | None) -> list[float] | None:

@@ -24,6 +24,15 @@ def mine(
     sampling: Annotated[str, typer.Option(help="random | top, within the window.")] = "random",
     seed: Annotated[int, typer.Option(help="Seed of the random sampling.")] = 0,
     factory: Annotated[str, typer.Option(help="FAISS index_factory string searched.")] = "Flat",
+    teacher: Annotated[
+        Optional[str],
+        typer.Option(help="Cross-encoder that scores each positive and negative (the 'scores' distill reads)."),
+    ] = None,
+    max_teacher_ratio: Annotated[
+        Optional[float],
+        typer.Option(help="Drop a negative whose teacher probability exceeds this share of the positive's, e.g. 0.95."),
+    ] = None,
+    teacher_max_length: Annotated[Optional[int], typer.Option(help="Tokens per (query, document) pair.")] = None,
     data_dir: opt.DataDir = None,
     cache_dir: Annotated[Optional[Path], typer.Option(help="Where corpus embeddings are cached.")] = None,
     model: opt.Model = None,
@@ -56,13 +65,39 @@ def mine(
     from embedkit.train.mining import MiningSettings, mine_hard_negatives, write_mined
 
     settings = MiningSettings(
-        split, range_min, range_max, num_negatives, margin, relative_margin, sampling, seed, factory
+        split,
+        range_min,
+        range_max,
+        num_negatives,
+        margin,
+        relative_margin,
+        sampling,
+        seed,
+        factory,
+        teacher,
+        max_teacher_ratio,
+        teacher_max_length,
     )
+    settings.check()
+    if teacher is not None:
+        from embedkit.reranking.settings import resolve_cross_encoder
+
+        resolve_cross_encoder(teacher, "--teacher")
     data = load_dataset(dataset, data_dir=data_dir)
     embedder = options.load()
     records = mine_hard_negatives(embedder, data, settings, cache_dir=cache_dir)
-    write_mined(output, records, embedder, data, settings, overwrite=overwrite)
-    typer.echo(f"{len(records)} examples with up to {num_negatives} negatives written to {output}")
+    described, dropped = None, 0
+    if teacher is not None:
+        from embedkit.reranking.reranker import CrossEncoderReranker
+        from embedkit.reranking.settings import RerankSettings
+        from embedkit.train.teacher import teacher_scored
+
+        scorer = CrossEncoderReranker(RerankSettings(teacher, max_length=teacher_max_length, device=device))
+        records, dropped = teacher_scored(records, scorer, max_teacher_ratio)
+        described = scorer.describe()
+    write_mined(output, records, embedder, data, settings, overwrite=overwrite, teacher=described)
+    note = f"; the teacher dropped {dropped} negatives" if max_teacher_ratio is not None else ""
+    typer.echo(f"{len(records)} examples with up to {num_negatives} negatives written to {output}{note}")
 
 
 def register(app: typer.Typer) -> None:

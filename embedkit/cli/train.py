@@ -17,7 +17,9 @@ def train(
     pooling: Annotated[
         Optional[str], typer.Option(help="cls | mean | last | max, when --model is a plain transformers folder.")
     ] = None,
-    objective: Annotated[Optional[str], typer.Option(help="supervised | simcse | cropping")] = None,
+    objective: Annotated[
+        Optional[str], typer.Option(help="supervised | simcse | cropping (bi-encoders) | cross-encoder (a reranker).")
+    ] = None,
     dataset: run.Dataset = None,
     train_split: Annotated[Optional[str], typer.Option(help="qrels split for supervised pairs.")] = None,
     data: Annotated[Optional[str], typer.Option(help="Training JSONL (e.g. from 'embedkit mine').")] = None,
@@ -26,8 +28,20 @@ def train(
         Optional[bool], typer.Option(help="Drop (and count) rows with too few negatives instead of failing.")
     ] = None,
     corpus_limit: run.CorpusLimit = None,
-    loss: Annotated[Optional[str], typer.Option(help="infonce | distill")] = None,
+    loss: Annotated[
+        Optional[str], typer.Option(help="infonce | distill; for a cross-encoder bce | listnet | lambdaloss.")
+    ] = None,
     temperature: Annotated[Optional[float], typer.Option(help="Softmax temperature (scale = 1/T).")] = None,
+    teacher_temperature: Annotated[
+        Optional[float], typer.Option(help="Softmax temperature of the teacher's scores (distill). [default: 1.0]")
+    ] = None,
+    dev_fraction: Annotated[
+        Optional[float],
+        typer.Option(help="Carve this share of the training queries out as a dev set (seeded); keep the best step."),
+    ] = None,
+    dev_dtype: Annotated[
+        Optional[str], typer.Option(help="float32 | bfloat16: autocast of the dev evaluation. [default: float32]")
+    ] = None,
     symmetric: Annotated[Optional[bool], typer.Option(help="Add the document-to-query term.")] = None,
     learn_temperature: Annotated[Optional[bool], typer.Option(help="Train the temperature.")] = None,
     mini_batch_size: Annotated[Optional[int], typer.Option(help="GradCache mini-batch size.")] = None,

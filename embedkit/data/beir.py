@@ -7,6 +7,7 @@ queries and qrels are small and stay plain dicts.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -221,6 +222,24 @@ class BeirDataset:
         """The queries judged in ``split``, in qrels order (what BEIR evaluates)."""
         queries = self.queries
         return {query_id: queries[query_id] for query_id in self.qrels(split)}
+
+    @cached_property
+    def row_of(self) -> dict[str, int]:
+        """Each document id's row in ``corpus``."""
+        return {doc_id: row for row, doc_id in enumerate(self.corpus["_id"])}
+
+    def documents(self, doc_ids: Iterable[str], source: str | Path | None = None) -> dict[str, str]:
+        """The text (``doc_text``) of each id; an id the corpus lacks is an error naming ``source`` (a run file)."""
+        wanted = list(dict.fromkeys(doc_ids))
+        missing = [doc_id for doc_id in wanted if doc_id not in self.row_of]
+        if missing:
+            raise EmbedkitError(
+                f"document '{missing[0]}' is not in the corpus of {self.name} ({len(missing)} such ids)",
+                path=source or self.corpus_file,
+                field="doc id",
+            )
+        rows = self.corpus.select([self.row_of[doc_id] for doc_id in wanted])
+        return {doc_id: doc_text(row) for doc_id, row in zip(wanted, rows)}
 
     @cached_property
     def corpus_sha256(self) -> str:

@@ -19,6 +19,7 @@ from embedkit.integrations.mteb import evaluate_mteb
 from embedkit.models.embedding_model import EmbeddingModel
 from embedkit.protocols import Run
 from embedkit.report.writer import REPORT_FORMAT, write_report
+from embedkit.reranking.settings import RerankSettings
 from embedkit.search.bm25 import bm25_searcher, drop_identical
 from embedkit.search.dense import DenseRetrieval
 from embedkit.search.fusion import fuse
@@ -31,13 +32,14 @@ HARNESSES = ("embedkit", "mteb")
 @dataclass(frozen=True)
 class EvaluateOptions:
     """What else an evaluation can do: BEIR's identical-id rule, MTEB's harness beside embedkit's, where datasets
-    are found by name, and whether another report of the same name may be replaced."""
+    are found by name, whether another report of the same name may be replaced, and a reranking second stage."""
 
     ignore_identical_ids: bool = False  # drop hits whose id equals the query id (ArguAna, Quora)
     harness: str = "embedkit"  # "mteb": also run mteb.evaluate on the same model, vectors and index
     mteb_task: str | None = None  # MTEB's name of the dataset (default: from its BEIR name)
     data_dir: str | Path | None = None
     overwrite: bool = False
+    reranker: RerankSettings | None = None  # a cross-encoder that re-scores the first stage's top hits
 
 
 def _slug(text: str) -> str:
@@ -52,13 +54,17 @@ def report_folder_name(dataset: str, model: str, retriever: str, split: str, set
     return f"{readable}__{settings_sha256[:8]}"
 
 
-def _name_parts(spec: Retriever, model: dict[str, Any] | None) -> tuple[str, str]:
+def _name_parts(spec: Retriever, model: dict[str, Any] | None, reranker: RerankSettings | None) -> tuple[str, str]:
     """(model, retriever) parts of the report folder name; a dense run keeps its historic ``model__factory``."""
     if isinstance(spec, Dense):
-        return model["model"], spec.factory
-    if isinstance(spec, BM25):
-        return "bm25", spec.backend
-    return model["model"], f"{spec.dense.factory}+bm25-{spec.bm25.backend}-{spec.fusion.method}"
+        parts = model["model"], spec.factory
+    elif isinstance(spec, BM25):
+        parts = "bm25", spec.backend
+    else:
+        parts = model["model"], f"{spec.dense.factory}+bm25-{spec.bm25.backend}-{spec.fusion.method}"
+    if reranker is None:
+        return parts
+    return parts[0], f"{parts[1]}+rerank-{Path(reranker.model).name}@{reranker.depth}"
 
 
 class Stopwatch:
@@ -122,6 +128,13 @@ def evaluate(
                 k=k,
                 rrf_k=fusion.rrf_k,
             )
+    first_stage, reranked_by = None, None
+    if options.reranker is not None:
+        first_stage = compute_metrics(qrels, run)[0]
+        with timer("rerank"):
+            scorer, rerank_run = _reranker(options.reranker)
+            run = rerank_run(scorer, run, data)
+        reranked_by = {**scorer.describe(), "pairs_scored": scorer.pairs_scored, "device": scorer.device}
     with timer("metrics"):
         metrics, per_query = compute_metrics(qrels, run)
     if not per_query:
@@ -135,6 +148,9 @@ def evaluate(
         "ignore_identical_ids": options.ignore_identical_ids,
         "harness": options.harness,
     }
+    if reranked_by is not None:  # only then, so reports without a reranker keep their settings hash
+        scored["reranker"] = {key: reranked_by[key] for key in ("model", "weights_sha256", "depth", "max_length")}
+        scored["reranker"]["dtype"] = reranked_by["dtype"]
     report: dict[str, Any] = {
         "format": REPORT_FORMAT,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -156,6 +172,9 @@ def evaluate(
     if isinstance(spec, Hybrid):
         report["component_metrics"] = {name: compute_metrics(qrels, part)[0] for name, part in runs.items()}
         report["component_recall_curves"] = {name: recall_curve(qrels, part) for name, part in runs.items()}
+    if reranked_by is not None:
+        report["reranker"] = reranked_by
+        report["component_metrics"] = {**report.get("component_metrics", {}), "first stage": first_stage}
     attachments = []
     if options.harness == "mteb":
         with timer("mteb"):
@@ -173,7 +192,8 @@ def evaluate(
         attachments.append(write_mteb)
     report |= {"timings_s": timer.seconds, "library_versions": library_versions()}
     if output is not None:
-        name = report_folder_name(data.name, *_name_parts(spec, model_settings), split, report["settings_sha256"])
+        parts = _name_parts(spec, model_settings, options.reranker)
+        name = report_folder_name(data.name, *parts, split, report["settings_sha256"])
         report["folder"] = str(
             write_report(Path(output) / name, report, run, per_query, options.overwrite, attachments)
         )
@@ -221,3 +241,10 @@ def _load_model(name: str | None) -> EmbeddingModel:
     from embedkit.models.loading import load_model
 
     return load_model(name)
+
+
+def _reranker(settings: RerankSettings) -> tuple[Any, Any]:
+    """The cross-encoder and the function that reranks a run with it; imported here for the same reason."""
+    from embedkit.reranking.reranker import CrossEncoderReranker, rerank_run
+
+    return CrossEncoderReranker(settings), rerank_run

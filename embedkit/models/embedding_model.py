@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from functools import cached_property
 from pathlib import Path
@@ -11,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from embedkit.data.beir import doc_text
+from embedkit.models.reference import weights_sha256
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
@@ -65,17 +65,7 @@ class EmbeddingModel:
     @cached_property
     def weights_sha256(self) -> str | None:
         """Content hash of the weight files of a local model (the revision of a model that has no Hub id)."""
-        if self.local_path is None:
-            return None
-        files = sorted(self.local_path.glob("*.safetensors")) or sorted(self.local_path.glob("*.bin"))
-        if not files:
-            return None
-        digest = hashlib.sha256()
-        for file in files:
-            with open(file, "rb") as handle:
-                while block := handle.read(1 << 20):
-                    digest.update(block)
-        return digest.hexdigest()
+        return None if self.local_path is None else weights_sha256(self.local_path)
 
     @property
     def settings(self) -> dict[str, Any]:

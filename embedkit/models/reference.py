@@ -7,6 +7,7 @@ early check and the library give the same answer.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +41,19 @@ def folder_hint(path: str | Path) -> dict[str, Any]:
     hint = Path(path).expanduser() / "embedkit.json"
     found = read_json(hint) if hint.is_file() else {}
     return found if isinstance(found, dict) else {}
+
+
+def weights_sha256(folder: Path) -> str | None:
+    """Content hash of a local model's weight files (its revision when it has no Hub id); None when it has none."""
+    files = sorted(folder.glob("*.safetensors")) or sorted(folder.glob("*.bin"))
+    if not files:
+        return None
+    digest = hashlib.sha256()
+    for file in files:
+        with open(file, "rb") as handle:
+            while block := handle.read(1 << 20):
+                digest.update(block)
+    return digest.hexdigest()
 
 
 def hub_offline() -> bool:

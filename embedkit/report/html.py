@@ -120,9 +120,9 @@ def _settings_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
 def run_name(report: dict[str, Any]) -> str:
     """What produced a run, for titles: the model's name, or the BM25 backend for a lexical run."""
     retriever = report["retriever"]
-    if retriever["type"] == "bm25":
-        return f"BM25 ({retriever['backend']})"
-    return report["model"]["model"]
+    name = f"BM25 ({retriever['backend']})" if retriever["type"] == "bm25" else report["model"]["model"]
+    reranker = report.get("reranker")
+    return name if reranker is None else f"{name}, reranked by {reranker['model']} (top {reranker['depth']})"
 
 
 def render_report_html(report: dict[str, Any], per_query: dict[str, dict[str, float]]) -> str:

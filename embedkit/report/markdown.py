@@ -20,6 +20,7 @@ def render_markdown(report: dict[str, Any]) -> str:
     settings = [(f"model.{k}", f"`{v!r}`") for k, v in model.items()]
     settings += [(f"retriever.{k}", f"`{v!r}`") for k, v in retriever.items()]
     settings += [(f"retrieval.{k}", f"`{v!r}`") for k, v in (report.get("retrieval") or {}).items()]
+    settings += [(f"reranker.{k}", f"`{v!r}`") for k, v in (report.get("reranker") or {}).items()]
     settings += [
         ("settings_sha256", f"`{report.get('settings_sha256')}`"),
         ("dataset.documents", dataset["documents"]),

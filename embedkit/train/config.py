@@ -5,9 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from embedkit.errors import EmbedkitError
+from embedkit.models.options import DTYPE_NAMES
 from embedkit.training.config import RunConfig
 
-OBJECTIVES = ("supervised", "simcse", "cropping")
+OBJECTIVES = ("supervised", "simcse", "cropping", "cross-encoder")
+BI_ENCODER_LOSSES = ("infonce", "distill")
+CROSS_ENCODER_LOSSES = ("bce", "listnet", "lambdaloss")
 
 
 @dataclass
@@ -19,8 +22,11 @@ class TrainConfig(RunConfig):
     train_split: str = "train"
     num_negatives: int | None = None
     drop_short_examples: bool = False  # drop (and count) rows with fewer negatives instead of failing
-    loss: str = "infonce"
+    loss: str | None = None  # infonce | distill for a bi-encoder, bce | listnet | lambdaloss for a cross-encoder
     temperature: float = 0.05
+    teacher_temperature: float = 1.0  # softmax temperature of the teacher's scores (distill)
+    dev_fraction: float | None = None  # carve this share of the training queries out as a dev set (seeded by seed)
+    dev_dtype: str = "float32"  # autocast of the dev evaluation (bfloat16 halves its time on a CPU)
     symmetric: bool = False
     learn_temperature: bool = False
     mini_batch_size: int | None = None  # GradCache when set
@@ -29,18 +35,47 @@ class TrainConfig(RunConfig):
     eval_dataset: str | None = None  # evaluated once after training
     eval_split: str = "test"
 
+    def __post_init__(self) -> None:
+        if self.loss is None:
+            self.loss = "bce" if self.objective == "cross-encoder" else "infonce"
+
+    @property
+    def has_dev_set(self) -> bool:
+        return bool(self.dev_dataset or self.dev_fraction)
+
+    @property
+    def cross_encoder(self) -> bool:
+        return self.objective == "cross-encoder"
+
     def check(self) -> None:
         if self.objective not in OBJECTIVES:
             raise EmbedkitError(f"unknown objective '{self.objective}' ({' | '.join(OBJECTIVES)})", field="objective")
         if self.objective == "supervised" and not (self.data or self.dataset):
             raise EmbedkitError("supervised training needs --data (JSONL) or --dataset (BEIR qrels)", field="data")
-        if self.objective != "supervised" and not self.dataset:
+        if self.cross_encoder and not self.data:
+            raise EmbedkitError("a cross-encoder learns from negatives: --data (from 'embedkit mine')", field="data")
+        if self.objective in ("simcse", "cropping") and not self.dataset:
             raise EmbedkitError(f"{self.objective} needs a corpus: --dataset", field="dataset")
-        if self.loss not in ("infonce", "distill"):
-            raise EmbedkitError(f"unknown loss '{self.loss}' (infonce | distill)", field="loss")
+        losses = CROSS_ENCODER_LOSSES if self.cross_encoder else BI_ENCODER_LOSSES
+        if self.loss not in losses:
+            kind = "a cross-encoder" if self.cross_encoder else "a bi-encoder"
+            raise EmbedkitError(f"unknown loss '{self.loss}' for {kind} ({' | '.join(losses)})", field="loss")
+        if self.cross_encoder and (self.matryoshka_dims or self.mini_batch_size):
+            raise EmbedkitError("Matryoshka and GradCache are bi-encoder settings", field="objective")
+        if self.dev_dtype not in DTYPE_NAMES:
+            raise EmbedkitError(f"unknown dtype '{self.dev_dtype}' ({' | '.join(DTYPE_NAMES)})", field="dev_dtype")
+        if self.dev_fraction is not None and not 0 < self.dev_fraction < 1:
+            raise EmbedkitError(f"must be in (0, 1), not {self.dev_fraction}", field="dev_fraction")
+        if self.dev_fraction is not None and self.objective in ("simcse", "cropping"):
+            raise EmbedkitError(f"{self.objective} has no queries to carve a dev set from", field="dev_fraction")
+        if self.dev_fraction is not None and not self.dataset:
+            raise EmbedkitError("a dev set searches a corpus: give --dataset with --dev-fraction", field="dataset")
+        if self.dev_fraction is not None and self.dev_dataset:
+            raise EmbedkitError("give --dev-fraction or --dev-dataset, not both", field="dev_fraction")
         super().check()
-        if self.temperature <= 0:
-            raise EmbedkitError(f"must be > 0, not {self.temperature}", field="temperature")
+        for name in ("temperature", "teacher_temperature"):
+            if getattr(self, name) <= 0:
+                raise EmbedkitError(f"must be > 0, not {getattr(self, name)}", field=name)
         if self.num_negatives is not None and self.num_negatives < 0:
             raise EmbedkitError(f"must be at least 0, not {self.num_negatives}", field="num_negatives")
         if self.mini_batch_size is not None and self.mini_batch_size < 1:

@@ -8,10 +8,23 @@ from pathlib import Path
 from typing import Any
 
 import datasets
+import numpy as np
 
 from embedkit.data.beir import BeirDataset, doc_text
 from embedkit.data.jsonl import read_records
 from embedkit.errors import EmbedkitError
+
+QUERY_ID = "query_id"  # kept beside the inputs to carve a dev set by query; dropped before training
+
+
+def teacher_scores(record: dict[str, Any]) -> list[float] | None:
+    """A row's teacher scores, positive first: ``scores`` (``embedkit mine --teacher``), else the mining model's own
+    ``positive_score`` and ``negative_scores`` (``embedkit mine`` without a teacher)."""
+    if "scores" in record:
+        return record["scores"]
+    if "positive_score" in record and isinstance(record.get("negative_scores"), list):
+        return [record["positive_score"], *record["negative_scores"]]
+    return None
 
 
 def _columns(rows: list[dict[str, Any]], num_negatives: int, with_scores: bool) -> dict[str, list]:
@@ -19,7 +32,9 @@ def _columns(rows: list[dict[str, Any]], num_negatives: int, with_scores: bool) 
     for i in range(num_negatives):
         columns[f"negative_{i + 1}"] = [r["negatives"][i] for r in rows]
     if with_scores:
-        columns["label"] = [r["scores"][: num_negatives + 1] for r in rows]
+        columns["label"] = [[float(x) for x in teacher_scores(r)[: num_negatives + 1]] for r in rows]
+    if all(isinstance(r.get(QUERY_ID), str) for r in rows):
+        columns[QUERY_ID] = [r[QUERY_ID] for r in rows]
     return columns
 
 
@@ -49,15 +64,25 @@ def load_jsonl_examples(
                 f"has {len(negatives)} negatives, {num_negatives} needed", path=path, line=number, field="negatives"
             )
         if with_scores:
-            scores = record.get("scores")
+            scores = teacher_scores(record)
             if not isinstance(scores, list) or len(scores) < num_negatives + 1:
                 raise EmbedkitError(
-                    f"needs {num_negatives + 1} teacher scores (positive first)", path=path, line=number, field="scores"
+                    f"needs {num_negatives + 1} teacher scores, positive first (scores, or positive_score and "
+                    "negative_scores as 'embedkit mine' writes them)",
+                    path=path,
+                    line=number,
+                    field="scores",
                 )
+            if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in scores):
+                raise EmbedkitError("must be numbers", path=path, line=number, field="scores")
         rows.append(record)
     if not rows:
         raise EmbedkitError("no training examples", path=path)
-    info = datasets.DatasetInfo(description=json.dumps({"source": str(path), "dropped_short_rows": dropped}))
+    teacher = None
+    if with_scores:
+        teacher = "scores" if "scores" in rows[0] else "the mining model's scores (positive_score, negative_scores)"
+    description = {"source": str(path), "dropped_short_rows": dropped, "teacher": teacher}
+    info = datasets.DatasetInfo(description=json.dumps(description))
     return datasets.Dataset.from_dict(_columns(rows, num_negatives or 0, with_scores), info=info)
 
 
@@ -66,7 +91,7 @@ def beir_pairs(dataset: BeirDataset, split: str = "train") -> datasets.Dataset:
     qrels = dataset.qrels(split)
     corpus = dataset.corpus
     row_of = {doc_id: i for i, doc_id in enumerate(corpus["_id"])}
-    anchors, positives = [], []
+    anchors, positives, query_ids = [], [], []
     for query_id, judged in qrels.items():
         for doc_id, grade in judged.items():
             if grade <= 0:
@@ -77,4 +102,24 @@ def beir_pairs(dataset: BeirDataset, split: str = "train") -> datasets.Dataset:
                 )
             anchors.append(dataset.queries[query_id])
             positives.append(doc_text(corpus[row_of[doc_id]]))
-    return datasets.Dataset.from_dict({"anchor": anchors, "positive": positives})
+            query_ids.append(query_id)
+    return datasets.Dataset.from_dict({"anchor": anchors, "positive": positives, QUERY_ID: query_ids})
+
+
+def dev_query_ids(query_ids: list[str], fraction: float, seed: int) -> list[str]:
+    """A seeded ``fraction`` of the distinct query ids (at least one, never all), sorted."""
+    distinct = sorted(set(query_ids))
+    count = min(max(1, round(len(distinct) * fraction)), len(distinct) - 1)
+    if count < 1:
+        raise EmbedkitError(f"{len(distinct)} training query is too few to carve a dev set from", field="dev_fraction")
+    picked = np.random.default_rng(seed).choice(len(distinct), count, replace=False)
+    return sorted(distinct[i] for i in picked)
+
+
+def carve_dev(examples: datasets.Dataset, fraction: float, seed: int) -> tuple[datasets.Dataset, list[str]]:
+    """The examples without the dev queries' rows, and the dev query ids."""
+    if QUERY_ID not in examples.column_names:
+        raise EmbedkitError("a dev set is carved by query: every training row needs a query_id", field="query_id")
+    dev = set(dev_query_ids(examples[QUERY_ID], fraction, seed))
+    kept = [i for i, query_id in enumerate(examples[QUERY_ID]) if query_id not in dev]
+    return examples.select(kept), sorted(dev)

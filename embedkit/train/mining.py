@@ -8,7 +8,6 @@ works on qrels ids, reuses the cached corpus embeddings and the FAISS index, and
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -18,11 +17,9 @@ import numpy as np
 from embedkit.data.beir import BeirDataset, doc_text
 from embedkit.errors import EmbedkitError
 from embedkit.models.embedding_model import EmbeddingModel
-from embedkit.outputs import check_output_file, output_lock
 from embedkit.search.dense import DenseRetrieval
 from embedkit.search.retriever import Dense
-from embedkit.storage import sha256_file, write_json, write_lines
-from embedkit.train.mined import MINED_FORMAT, is_mined_file, meta_path
+from embedkit.train.mined import MINED_FORMAT, write_mined_file
 
 
 @dataclass
@@ -36,12 +33,19 @@ class MiningSettings:
     sampling: str = "random"
     seed: int = 0
     factory: str = "Flat"
+    teacher: str | None = None  # a cross-encoder that scores every (query, positive) and (query, negative)
+    max_teacher_ratio: float | None = None  # drop a negative the teacher scores above this share of the positive
+    teacher_max_length: int | None = None
 
     def check(self) -> None:
         if not 1 <= self.range_min <= self.range_max:
             raise EmbedkitError(f"the rank window {self.range_min}-{self.range_max} is empty", field="range")
         if self.sampling not in ("random", "top"):
             raise EmbedkitError(f"unknown sampling '{self.sampling}' (random | top)", field="sampling")
+        if self.max_teacher_ratio is not None and not self.teacher:
+            raise EmbedkitError("filtering by the teacher needs a teacher (--teacher)", field="max_teacher_ratio")
+        if self.max_teacher_ratio is not None and not 0 < self.max_teacher_ratio <= 1:
+            raise EmbedkitError(f"must be in (0, 1], not {self.max_teacher_ratio}", field="max_teacher_ratio")
 
 
 def mine_hard_negatives(
@@ -99,6 +103,7 @@ def write_mined(
     dataset: BeirDataset,
     settings: MiningSettings,
     overwrite: bool = False,
+    teacher: dict[str, Any] | None = None,
 ) -> Path:
     """The records as JSONL (a training file as it stands) and ``<path>.meta.json`` with every setting.
 
@@ -113,9 +118,7 @@ def write_mined(
         "mining": asdict(settings),
         "examples": len(records),
         "examples_short_of_negatives": short,
+        "teacher": teacher,
+        "teacher_dropped_negatives": sum(r.get("teacher_dropped", 0) for r in records),
     }
-    with output_lock(path):
-        check_output_file(path, overwrite, is_mined_file, "mined-negatives file")
-        write_lines(path, (json.dumps(r, ensure_ascii=False) for r in records))
-        write_json(meta_path(path), {**meta, "jsonl_sha256": sha256_file(path)})  # pairs the sidecar with its file
-    return path
+    return write_mined_file(path, records, meta, overwrite)

@@ -18,19 +18,28 @@ from embedkit.evaluation.pipeline import EvaluateOptions, evaluate
 from embedkit.models.loading import load_model
 from embedkit.storage import read_json, write_json, write_text
 from embedkit.train.config import TrainConfig
-from embedkit.train.data import beir_pairs, load_jsonl_examples
+from embedkit.train.cross_encoder import (
+    CrossEncoderTrainer,
+    CrossEncoderTrainingArguments,
+    cross_encoder_examples,
+    cross_encoder_loss,
+    load_cross_encoder,
+    negative_columns,
+)
+from embedkit.train.data import QUERY_ID, beir_pairs, carve_dev, load_jsonl_examples
 from embedkit.train.losses import build_loss
 from embedkit.train.unsupervised import cropping_pairs, simcse_pairs
 from embedkit.training.arguments import shared_training_arguments
-from embedkit.training.evaluator import RetrievalEvaluator
+from embedkit.training.evaluator import RerankEvaluator, RetrievalEvaluator
 from embedkit.training.run_folder import MODEL_KIND, RECORDS, TrainingRun, partial_folder, prepare_run, run_lock
 
 RECORD = RECORDS[MODEL_KIND]
+RERANK_DEV_DEPTH = 30  # BM25 hits per dev query a cross-encoder reranks during training
 
 
 def training_data(config: TrainConfig) -> datasets.Dataset:
     """The examples the config names: a JSONL file, a BEIR split's qrels pairs, or pairs made from a raw corpus."""
-    if config.objective == "supervised" and config.data:
+    if config.data and config.objective in ("supervised", "cross-encoder"):
         return load_jsonl_examples(
             config.data,
             config.num_negatives,
@@ -45,7 +54,7 @@ def training_data(config: TrainConfig) -> datasets.Dataset:
     return cropping_pairs(dataset.corpus, config.corpus_limit, seed=config.seed)
 
 
-def _card_section(record: dict[str, Any]) -> str:
+def card_section(record: dict[str, Any]) -> str:
     config = record["config"]
     rows = [f"| {k} | `{v!r}` |" for k, v in config.items()]
     lines = [
@@ -61,25 +70,60 @@ def _card_section(record: dict[str, Any]) -> str:
         lines.append(
             f"- evaluation: {evaluation['dataset']} ({evaluation['split']}) nDCG@10 = {evaluation['ndcg_at_10']:.4f}"
         )
+    if record.get("dev_curve"):
+        best = record.get("best_checkpoint") or {}
+        queries = len(record["dev_queries"] or []) or "the dev set's"
+        lines += [
+            "",
+            f"Dev curve ({queries} queries; the weights saved are step {best.get('step')}'s, the best by nDCG@10):",
+            "",
+            "| step | dev nDCG@10 |",
+            "| --- | --- |",
+        ]
+        lines += [f"| {point['step']} | {point['ndcg_at_10']:.4f} |" for point in record["dev_curve"]]
     lines += ["", "| setting | value |", "| --- | --- |", *rows, ""]
     return "\n".join(lines)
 
 
+def dev_set_name(config: TrainConfig) -> str:
+    """The dev evaluator's name, known before it is built (the Trainer's best-checkpoint metric is named by it)."""
+    if config.dev_fraction:
+        name = f"{Path(config.dataset).name}-{config.train_split}-carved"
+    else:
+        name = f"{Path(config.dev_dataset).name}-{config.dev_split}"
+    return f"{name}-bm25@{RERANK_DEV_DEPTH}" if config.cross_encoder else name
+
+
+def training_arguments(config: TrainConfig, checkpoints: Path) -> Any:
+    """Trainer arguments; with a dev set it is evaluated every ``eval_steps`` (a checkpoint is saved at each) and
+    the checkpoint best by dev nDCG@10 is the model saved."""
+    arguments = shared_training_arguments(config, checkpoints)
+    if config.has_dev_set:
+        steps = config.eval_steps or config.save_steps
+        arguments |= {
+            "eval_strategy": "steps",
+            "eval_steps": steps,
+            "save_steps": steps,
+            "load_best_model_at_end": True,
+            "metric_for_best_model": f"eval_{dev_set_name(config)}_ndcg_at_10",
+            "greater_is_better": True,
+        }
+    if config.cross_encoder:
+        return CrossEncoderTrainingArguments(**arguments, disable_tqdm=False)
+    sampler = BatchSamplers.NO_DUPLICATES if config.objective == "supervised" else BatchSamplers.BATCH_SAMPLER
+    return SentenceTransformerTrainingArguments(**arguments, batch_sampler=sampler, disable_tqdm=False)
+
+
 def train(config: TrainConfig) -> Path:
-    """Train and save to ``config.output``; returns the folder (loadable by ``SentenceTransformer`` and embedkit).
+    """Train and save to ``config.output``; returns the folder (loadable by ``SentenceTransformer`` and embedkit,
+    or by ``CrossEncoder`` for the cross-encoder objective).
 
     Checkpoints go to ``OUTPUT.partial``; the finished model takes ``OUTPUT``'s place in one step (see
     ``embedkit.training.run_folder`` for when a rerun resumes, is refused, or finds the work done).
     """
     config.check()
     output = Path(config.output)
-    evaluation = {"eval_strategy": "steps", "eval_steps": config.eval_steps or config.save_steps}
-    args = SentenceTransformerTrainingArguments(
-        **shared_training_arguments(config, partial_folder(output) / "checkpoints"),
-        **(evaluation if config.dev_dataset else {}),
-        batch_sampler=BatchSamplers.NO_DUPLICATES if config.objective == "supervised" else BatchSamplers.BATCH_SAMPLER,
-        disable_tqdm=False,
-    )
+    args = training_arguments(config, partial_folder(output) / "checkpoints")
     main = args.process_index == 0
     with run_lock(output, main):
         with args.main_process_first(local=False, desc="preparing the output folder"):
@@ -91,49 +135,79 @@ def train(config: TrainConfig) -> Path:
         return _train_run(config, run, args)
 
 
-def _train_run(config: TrainConfig, run: TrainingRun, args: SentenceTransformerTrainingArguments) -> Path:
+def _dev_evaluator(config: TrainConfig, dev_ids: list[str] | None) -> Any:
+    if not config.has_dev_set:
+        return None
+    if dev_ids is not None:
+        dataset = load_dataset(config.dataset, data_dir=config.data_dir)
+        retrieval = RetrievalEvaluator(dataset, config.train_split, query_ids=dev_ids, dtype=config.dev_dtype)
+    else:
+        dataset = load_dataset(config.dev_dataset, data_dir=config.data_dir)
+        retrieval = RetrievalEvaluator(dataset, config.dev_split, dtype=config.dev_dtype)
+    return RerankEvaluator(retrieval, dataset, RERANK_DEV_DEPTH) if config.cross_encoder else retrieval
+
+
+def _model_and_loss(config: TrainConfig, examples: datasets.Dataset, world_size: int) -> tuple[Any, Any, Any, dict]:
+    """(network, loss, examples as the loss reads them, what the network started from)."""
+    if config.cross_encoder:
+        network, started = load_cross_encoder(config.model, config.max_length)
+        negatives = len(negative_columns(examples))
+        loss = cross_encoder_loss(network, config.loss, negatives)
+        return network, loss, cross_encoder_examples(examples, config.loss), started
     model = load_model(config.model, pooling=config.pooling, max_length=config.max_length)
-    examples = training_data(config)
     loss = build_loss(
         model.st,
         config.loss,
         temperature=config.temperature,
+        teacher_temperature=config.teacher_temperature,
         symmetric=config.symmetric,
         learn_temperature=config.learn_temperature,
         mini_batch_size=config.mini_batch_size,
         matryoshka_dims=config.matryoshka_dims,
-        gather_across_devices=args.world_size > 1,
+        gather_across_devices=world_size > 1,
     )
-    evaluator = (
-        RetrievalEvaluator.of(config.dev_dataset, config.dev_split, config.data_dir) if config.dev_dataset else None
-    )
-    trainer = SentenceTransformerTrainer(
-        model=model.st, args=args, train_dataset=examples, loss=loss, evaluator=evaluator
-    )
+    return model.st, loss, examples, model.settings
+
+
+def _train_run(config: TrainConfig, run: TrainingRun, args: Any) -> Path:
+    examples, dev_ids = training_data(config), None
+    if config.dev_fraction:
+        examples, dev_ids = carve_dev(examples, config.dev_fraction, config.seed)
+    if QUERY_ID in examples.column_names:
+        examples = examples.remove_columns(QUERY_ID)
+    evaluator = _dev_evaluator(config, dev_ids)
+    network, loss, rows, started = _model_and_loss(config, examples, args.world_size)
+    trainer_class = CrossEncoderTrainer if config.cross_encoder else SentenceTransformerTrainer
+    trainer = trainer_class(model=network, args=args, train_dataset=rows, loss=loss, evaluator=evaluator)
     result = trainer.train(resume_from_checkpoint=run.resume_from)
     if not trainer.is_world_process_zero():
         return run.output
     staging = run.fresh_staging()
-    model.st.save(str(staging))
+    network.save(str(staging))
+    described = json.loads(examples.info.description or "{}")
     record: dict[str, Any] = {
         "format": f"embedkit.{MODEL_KIND}/1",
         "config": asdict(config),
-        "base_model": model.settings,
+        "base_model": started,
         "data": config.data or f"{config.dataset} ({config.objective}, split {config.train_split})",
         "loss": type(loss).__name__,
+        "teacher": described.get("teacher"),
         "examples": len(examples),
-        "examples_dropped": json.loads(examples.info.description or "{}").get("dropped_short_rows", 0),
+        "training_rows": len(rows),
+        "examples_dropped": described.get("dropped_short_rows", 0),
+        "dev_queries": dev_ids,
         "steps": trainer.state.global_step,
         "train_seconds": result.metrics.get("train_runtime", 0.0),
         "train_loss": result.metrics.get("train_loss"),
         "loss_history": [row["loss"] for row in trainer.state.log_history if "loss" in row],
         "dev_curve": dev_curve(trainer.state.log_history, evaluator),
+        "best_checkpoint": best_checkpoint(trainer.state) if evaluator is not None else None,
         "resumed_from": run.resume_from and Path(run.resume_from).name,
         "settings_changed_on_resume": run.changed_on_resume,
         "world_size": args.world_size,
         "library_versions": library_versions(),
     }
-    if config.eval_dataset:
+    if config.eval_dataset and not config.cross_encoder:
         options = EvaluateOptions(data_dir=config.data_dir)
         report = evaluate(load_model(staging), config.eval_dataset, config.eval_split, options=options)
         record["evaluation"] = {
@@ -144,11 +218,19 @@ def _train_run(config: TrainConfig, run: TrainingRun, args: SentenceTransformerT
         }
     write_json(staging / RECORD, record)
     card = staging / "README.md"
-    write_text(card, (card.read_text() if card.is_file() else f"# {run.output.name}\n") + _card_section(record))
+    write_text(card, (card.read_text() if card.is_file() else f"# {run.output.name}\n") + card_section(record))
     return run.commit()
 
 
-def dev_curve(log_history: list[dict[str, Any]], evaluator: RetrievalEvaluator | None) -> list[dict[str, Any]]:
+def best_checkpoint(state: Any) -> dict[str, Any] | None:
+    """The step whose dev nDCG@10 was best (its weights are the ones saved) and that score."""
+    if state.best_model_checkpoint is None:
+        return None
+    step = int(Path(state.best_model_checkpoint).name.rsplit("-", 1)[-1])
+    return {"step": step, "ndcg_at_10": state.best_metric}
+
+
+def dev_curve(log_history: list[dict[str, Any]], evaluator: Any) -> list[dict[str, Any]]:
     """The dev metrics logged at each evaluation step (the Trainer prefixes them ``eval_``)."""
     if evaluator is None:
         return []

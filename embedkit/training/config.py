@@ -63,8 +63,12 @@ class RunConfig:
             raise EmbedkitError(f"must be > 0, not {self.learning_rate}", field="learning_rate")
         if not 0 <= self.warmup_ratio < 1:
             raise EmbedkitError(f"must be in [0, 1), not {self.warmup_ratio}", field="warmup_ratio")
-        if self.eval_steps is not None and not self.dev_dataset:
-            raise EmbedkitError("evaluating during training needs --dev-dataset", field="eval_steps")
+        if self.eval_steps is not None and not self.has_dev_set:
+            raise EmbedkitError("evaluating during training needs a dev set (--dev-dataset)", field="eval_steps")
+
+    @property
+    def has_dev_set(self) -> bool:
+        return bool(self.dev_dataset)
 
     @classmethod
     def from_yaml(cls: type[Config], path: str | Path, **overrides: Any) -> Config:

@@ -22,6 +22,7 @@ def build_loss(
     name: str = "infonce",
     *,
     temperature: float = 0.05,
+    teacher_temperature: float | None = None,
     symmetric: bool = False,
     learn_temperature: bool = False,
     mini_batch_size: int | None = None,
@@ -29,7 +30,8 @@ def build_loss(
     gather_across_devices: bool | None = None,
 ) -> nn.Module:
     """InfoNCE (plain, GradCache when ``mini_batch_size`` is set, cross-device under torchrun) or listwise
-    distillation, optionally wrapped in Matryoshka."""
+    distillation (the teacher's scores softmaxed at ``teacher_temperature``, default the student's), optionally
+    wrapped in Matryoshka."""
     gather = is_distributed() if gather_across_devices is None else gather_across_devices
     if name == "infonce":
         if mini_batch_size:
@@ -39,7 +41,7 @@ def build_loss(
         else:
             loss = infonce(model, temperature, symmetric, learn_temperature, gather_across_devices=gather)
     elif name == "distill":
-        loss = listwise_distillation(model, temperature=temperature)
+        loss = listwise_distillation(model, temperature=temperature, teacher_temperature=teacher_temperature)
     else:
         raise EmbedkitError(f"unknown loss '{name}' (choose from {', '.join(LOSSES)})", field="loss")
     if matryoshka_dims:

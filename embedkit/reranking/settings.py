@@ -1,0 +1,60 @@
+"""``RerankSettings``: what a reranking stage is, checked without importing torch (the CLI checks flags first)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from embedkit.errors import EmbedkitError
+from embedkit.models.options import DTYPE_NAMES
+from embedkit.models.reference import ModelReference, resolve_model
+from embedkit.storage import read_json
+
+
+@dataclass(frozen=True)
+class RerankSettings:
+    """A sentence-transformers ``CrossEncoder`` (folder or Hub name) re-scoring each query's top ``depth`` hits.
+
+    Scores are the model's raw logits (no sigmoid): a sigmoid rounds strong scores to exactly 1.0 in float32, which
+    would tie them. ``max_length`` caps the query-and-document pair in tokens (default: the model's own).
+    """
+
+    model: str
+    depth: int = 100
+    batch_size: int = 32
+    max_length: int | None = None
+    dtype: str = "float32"  # float32 | bfloat16 | float16 (autocast; scores are upcast to float32)
+    device: str | None = None
+
+    def check(self, prefix: str = "") -> RerankSettings:
+        """Refuses a bad setting naming it with ``prefix`` (``--`` names the CLI flag, ``rerank_`` evaluate's)."""
+        if not self.model:
+            raise EmbedkitError("needs a cross-encoder model", field=f"{prefix}model")
+        for name in ("depth", "batch_size", "max_length"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                flag = name.replace("_", "-") if prefix.startswith("-") else name
+                raise EmbedkitError(f"must be at least 1, not {value}", field=f"{prefix}{flag}")
+        if self.dtype not in DTYPE_NAMES:
+            raise EmbedkitError(f"unknown dtype '{self.dtype}' ({' | '.join(DTYPE_NAMES)})", field=f"{prefix}dtype")
+        return self
+
+
+def is_cross_encoder_folder(path: Path) -> bool:
+    """A folder whose network is a sequence classifier (a trained cross-encoder), not a bi-encoder stack whose
+    classification head sentence-transformers would create at random."""
+    config = read_json(path / "config.json") if (path / "config.json").is_file() else {}
+    architectures = (config.get("architectures") or []) if isinstance(config, dict) else []
+    return any(str(name).endswith("ForSequenceClassification") for name in architectures)
+
+
+def resolve_cross_encoder(name: str, flag: str = "reranker") -> ModelReference:
+    """Where a cross-encoder loads from; a local folder that is not one is refused before torch loads."""
+    reference = resolve_model(name)
+    if reference.path.is_dir() and not is_cross_encoder_folder(reference.path):
+        raise EmbedkitError(
+            "is not a cross-encoder (its config.json names no ...ForSequenceClassification architecture)",
+            path=reference.path,
+            field=flag,
+        )
+    return reference
