@@ -70,7 +70,8 @@ def test_written_file_is_training_data_with_settings(mined, default_model, scifa
     with pytest.raises(EmbedkitError, match="negatives, 3 needed"):
         load_jsonl_examples(path, num_negatives=3)
     examples = load_jsonl_examples(path, num_negatives=3, drop_short=True)
-    assert examples.column_names == ["anchor", "positive", "negative_1", "negative_2", "negative_3"]
+    # query_id rides along to carve a dev set by query; the trainer drops it before training
+    assert examples.column_names == ["anchor", "positive", "negative_1", "negative_2", "negative_3", "query_id"]
     assert len(examples) == 50 - short
     assert json.loads(examples.info.description)["dropped_short_rows"] == short
 
