@@ -4,6 +4,7 @@
     python benchmarks/encode.py --docs all --rounds 1 --ndcg --output runs/bench-encode.json
     python benchmarks/encode.py --docs 100 --rounds 1 --backends torch,onnx-int8 --no-rss
     python benchmarks/encode.py --st-batch-sizes 32                # no sweep: sentence-transformers at batch 32
+    python benchmarks/encode.py --executor ray --docs 1000         # Ray executor vs one process (encode_executors.py)
 
 Encoders: sentence-transformers' own ``encode`` in two precisions, ``sentence-transformers`` (fp32: the reference)
 and ``sentence-transformers-bf16`` (inside ``torch.autocast("cpu", bfloat16)``, the autocast embedkit's
@@ -209,6 +210,9 @@ def main() -> None:
     parser.add_argument("--ndcg", action="store_true", help="also nDCG@10 on the test split per encoder")
     parser.add_argument("--no-rss", dest="rss", action="store_false", help="skip the per-encoder child processes")
     parser.add_argument("--output", type=Path, help="JSON file for the results")
+    parser.add_argument("--executor", choices=["ray"], help="compare the Ray executor with this process instead")
+    parser.add_argument("--shard-size", type=int, default=100, help="with --executor: documents per shard file")
+    parser.add_argument("--ray-workers", type=int, default=2, help="with --executor: actors of the widest Ray row")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--texts-file", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -222,6 +226,12 @@ def main() -> None:
         parser.error("--st-sweep-docs takes a positive number")
     if args.child:
         child(args)
+        return
+    if args.executor:
+        from encode_executors import run_executors
+
+        docs = None if args.docs == "all" else int(args.docs)
+        run_executors(args.dataset, docs, args.rounds, args.shard_size, args.ray_workers, args.output)
         return
 
     names = [name.strip() for name in args.backends.split(",") if name.strip()]

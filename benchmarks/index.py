@@ -2,6 +2,7 @@
 
     python benchmarks/index.py [--sizes 10000,100000,1000000] [--output runs/bench-index]
     python benchmarks/index.py --scifact            # Flat search on the real SciFact embeddings as well
+    python benchmarks/index.py --max-memory 0.5GiB,1GiB,4GiB --sizes 1000000   # the index a budget chooses
 
 Vectors are synthetic, 384-d (all-MiniLM-L6-v2's size), L2-normalised, with clustered structure (2,000 Gaussian
 centres); 1,000 queries come from the same distribution. Each (size, factory, implementation) is built in its own
@@ -124,6 +125,75 @@ def worker(folder: Path, n: int, factory: str, params: dict[str, int], implement
     }
 
 
+def budget_worker(folder: Path, n: int, budget: str) -> dict:
+    """Choose and build the index for ``budget`` on the synthetic vectors (as ``embedkit index --max-memory``)."""
+    from embedkit.index.budget import parse_size
+    from embedkit.index.choose import BudgetSettings, choose_index
+    from embedkit.index.faiss_helpers import BuildSettings
+    from embedkit.index.vectors import Vectors
+
+    vectors = Vectors.of(np.load(folder / f"vectors-{n}.npy", mmap_mode="r"), [str(i) for i in range(n)])
+    begun = time.perf_counter()
+    index = choose_index(vectors, BuildSettings(train_size=TRAIN_SIZE), BudgetSettings(parse_size(budget)))
+    build_s = time.perf_counter() - begun
+    path = index.save(folder / f"budget-{n}-{budget}", overwrite=True)
+    record = index.meta["memory_budget"]
+    return {"path": str(path), "build_s": round(build_s, 1), "chosen": record["chosen"], "record": record}
+
+
+def budget_search_worker(folder: Path, n: int, path: str) -> dict:
+    """Load a chosen index in this fresh process and search the queries: its peak memory is what serving takes."""
+    from embedkit.index.faiss_index import Index
+
+    queries = np.load(folder / "queries.npy")
+    truth = np.load(folder / f"truth-{n}.npy")
+    before = peak_rss_mib()  # the interpreter, numpy, FAISS and the queries: what the budget does not count
+    index = Index.load(path)
+    timings, found = [], None
+    for _ in range(3):
+        begun = time.perf_counter()
+        _, found = index.search_rows(queries, 10)
+        timings.append(time.perf_counter() - begun)
+    recall = np.mean([len(set(a.tolist()) & set(b.tolist())) / 10 for a, b in zip(found, truth)])
+    return {
+        "qps": round(QUERIES / min(timings), 1),
+        "recall_at_10": round(float(recall), 4),
+        "peak_rss_gib": round(peak_rss_mib() / 1024, 3),
+        "rss_before_load_gib": round(before / 1024, 3),
+        "index_peak_gib": round((peak_rss_mib() - before) / 1024, 3),
+        "search_params": index.search_params,
+    }
+
+
+def _child(folder: Path, job: dict) -> dict:
+    done = subprocess.run(
+        [sys.executable, __file__, "--output", str(folder), "--worker", json.dumps(job)], capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"{job} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def budget_rows(folder: Path, sizes: list[int], budgets: list[str]) -> list[dict]:
+    """For each size and budget: the choice (in one child process), then a fresh child that loads and searches it."""
+    rows = []
+    for n in sizes:
+        prepare(folder, n)
+        for budget in budgets:
+            chosen = _child(folder, {"mode": "budget", "n": n, "budget": budget})
+            served = _child(folder, {"mode": "budget-search", "n": n, "path": chosen["path"]})
+            index_bytes = sum(p.stat().st_size for p in Path(chosen["path"]).iterdir() if p.name.startswith("index"))
+            row = {"n": n, "max_memory": budget, "chosen": chosen["chosen"], "build_s": chosen["build_s"]}
+            row |= {**served, "index_file_bytes": index_bytes, "choice": chosen["record"]}
+            rows.append(row)
+            print(
+                f"{n:>9} {budget:>8} -> {row['chosen']:<28} recall@10 {row['recall_at_10']:.4f}  qps {row['qps']:>9.1f}"
+                f"  peak RSS {row['peak_rss_gib']:.3f} GiB  index file {index_bytes / 2**30:.3f} GiB",
+                flush=True,
+            )
+    return rows
+
+
 def scifact_flat(rounds: int = 5) -> dict:
     """Flat search of SciFact's 300 test queries over its 5,183 cached corpus vectors: embedkit vs raw FAISS."""
     import faiss
@@ -167,12 +237,24 @@ def main() -> None:
     parser.add_argument("--sizes", default="10000,100000,1000000")
     parser.add_argument("--output", default="runs/bench-index")
     parser.add_argument("--scifact", action="store_true")
+    parser.add_argument("--max-memory", help="Comma-separated budgets: benchmark the index each one chooses.")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     folder = Path(args.output)
     if args.worker:
         job = json.loads(args.worker)
-        print(json.dumps(worker(folder, job["n"], job["factory"], job["params"], job["implementation"])))
+        if job.get("mode") == "budget":
+            print(json.dumps(budget_worker(folder, job["n"], job["budget"])))
+        elif job.get("mode") == "budget-search":
+            print(json.dumps(budget_search_worker(folder, job["n"], job["path"])))
+        else:
+            print(json.dumps(worker(folder, job["n"], job["factory"], job["params"], job["implementation"])))
+        return
+    if args.max_memory:
+        sizes, budgets = [int(s) for s in args.sizes.split(",")], args.max_memory.split(",")
+        rows = budget_rows(folder, sizes, budgets)
+        result = {"budget_rows": rows, "machine": platform.processor() or platform.machine(), "queries": QUERIES}
+        (folder / "result.json").write_text(json.dumps(result, indent=2))
         return
     rows = []
     for n in [int(s) for s in args.sizes.split(",")]:

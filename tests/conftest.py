@@ -26,10 +26,12 @@ TEST_CACHE = REPO / ".cache" / "embeddings"
 RUN_FIRST = (
     "test_metrics.py",
     "test_rerank.py",
+    "test_encode_ray.py",
     "test_bad_input.py",
     "test_train.py",
     "test_train_dev.py",
     "test_cli.py",
+    "test_serve.py",
     "test_encode_folder.py",
     "test_pretrain_end_to_end.py",
     "test_pretrain_study.py",

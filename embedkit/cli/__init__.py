@@ -41,10 +41,11 @@ def _register() -> None:
         rerank,
         rescore,
         search,
+        serve,
         train,
     )
 
-    for module in (encode, index, search, rerank, evaluate, mine, rescore, train, pretrain, compare, reproduce):
+    for module in (encode, index, search, rerank, evaluate, mine, rescore, train, pretrain, compare, reproduce, serve):
         module.register(app)
 
 

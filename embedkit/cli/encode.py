@@ -28,8 +28,15 @@ def encode(
     ] = None,
     num_workers: Annotated[
         Optional[int],
-        typer.Option(help="Workers sharing the corpus; each writes its block and a part manifest into --output."),
+        typer.Option(
+            help="Workers sharing the corpus; each writes its block and a part manifest into --output. "
+            "With --executor ray: the encoding actors (default 1)."
+        ),
     ] = None,
+    executor: opt.Executor = "local",
+    ray_address: opt.RayAddress = None,
+    gpus_per_worker: opt.GpusPerWorker = 0.0,
+    cpus_per_worker: opt.CpusPerWorker = None,
     shard_id: Annotated[Optional[int], typer.Option(hidden=True, help="Old name of --worker-id.")] = None,
     num_shards: Annotated[Optional[int], typer.Option(hidden=True, help="Old name of --num-workers.")] = None,
     merge: Annotated[
@@ -68,6 +75,11 @@ def encode(
         return
     if (dataset is None) == (corpus is None):
         raise EmbedkitError("give exactly one of --dataset or --corpus")
+    ray = opt.ray_executor(executor, ray_address, num_workers, gpus_per_worker, cpus_per_worker)
+    if ray is not None:
+        if worker_id is not None:
+            raise EmbedkitError("--executor ray schedules the shards itself; drop --worker-id", field="--worker-id")
+        num_workers = None
     if (worker_id is None) != (num_workers is None):
         raise EmbedkitError("give --worker-id and --num-workers together")
     check_worker(worker_id or 0, num_workers or 1)
@@ -81,6 +93,8 @@ def encode(
     launch = torchrun_launch()
     if launch is not None and (worker_id is not None or num_workers is not None):
         raise EmbedkitError("under torchrun each rank takes --worker-id RANK --num-workers WORLD_SIZE; drop both")
+    if launch is not None and ray is not None:
+        raise EmbedkitError("--executor ray starts its own workers; run it as one process, not under torchrun")
     from embedkit.data.beir import load_corpus, load_dataset
 
     documents = load_corpus(corpus) if corpus else load_dataset(dataset, data_dir=data_dir).corpus
@@ -105,6 +119,7 @@ def encode(
                 overwrite=overwrite,
                 worker_id=worker_id or 0,
                 num_workers=num_workers or 1,
+                executor=ray,
             )
     except KeyboardInterrupt:
         raise _interrupted(output) from None

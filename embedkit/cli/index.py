@@ -13,7 +13,9 @@ from embedkit.cli import options as opt
 def index(
     embeddings: Annotated[Path, typer.Option("--embeddings", "-e", help="Folder written by 'embedkit encode'.")],
     output: Annotated[Path, typer.Option("--output", "-o", help="Index folder to write.")],
-    factory: Annotated[str, typer.Option(help="FAISS index_factory string: Flat, IVF1024,Flat, HNSW32, ...")] = "Flat",
+    factory: Annotated[
+        Optional[str], typer.Option(help="FAISS index_factory string: Flat, IVF1024,Flat, HNSW32, ... [default: Flat]")
+    ] = None,
     metric: Annotated[str, typer.Option(help="ip | l2")] = "ip",
     train_size: Annotated[int, typer.Option(help="Vectors sampled to train IVF/PQ.")] = 1_000_000,
     on_disk: Annotated[
@@ -33,12 +35,19 @@ def index(
         Optional[str], typer.Option(help="Tune on this dataset's queries (default: 1,000 corpus vectors).")
     ] = None,
     tune_split: Annotated[Optional[str], typer.Option(help="Only the --tune-dataset queries of this split.")] = None,
+    max_memory: opt.MaxMemory = None,
+    target_ndcg_drop: Annotated[
+        Optional[float],
+        typer.Option(help="With --max-memory: nDCG@10 on --tune-dataset's qrels may fall this far below exact search."),
+    ] = None,
     data_dir: opt.DataDir = None,
     overwrite: opt.Overwrite = False,
 ) -> None:
     """Build a FAISS index from an embeddings folder (GPU when FAISS sees one); 'B...' factories are binary.
 
     Example: [bold]embedkit index -e emb/scifact -o idx/scifact-hnsw --factory HNSW32 --ef-search 128[/bold]
+
+    Or let a memory budget choose the index: [bold]embedkit index -e emb/msmarco -o idx/ms --max-memory 2GiB[/bold]
     """
     from embedkit.errors import EmbedkitError
     from embedkit.outputs import check_output_folder
@@ -54,8 +63,23 @@ def index(
         raise EmbedkitError(f"must be in (0, 1], not {target_recall}", field="--target-recall")
     if num_partitions is not None and (rescore is not None or tune):
         raise EmbedkitError("--rescore and --tune work on one index, not with --num-partitions")
-    if not tune:
+    budget = None
+    if max_memory is not None:
+        from embedkit.index.budget import parse_size
+
+        budget = parse_size(max_memory, "--max-memory")
+        given = {"--factory": factory, "--nprobe": nprobe, "--ef-search": ef_search, "--rescore": rescore}
+        given |= {"--num-partitions": num_partitions, "--tune": tune or None, "--on-disk": on_disk or None}
+        opt.refuse_unused(given, "with --max-memory, which chooses the index and its search parameter itself")
+    elif target_ndcg_drop is not None:
+        raise EmbedkitError("works with --max-memory only", field="--target-ndcg-drop")
+    if target_ndcg_drop is not None and not (0 <= target_ndcg_drop < 1 and tune_dataset and tune_split):
+        raise EmbedkitError(
+            "needs a drop in [0, 1) and the qrels of --tune-dataset/--tune-split", field="--target-ndcg-drop"
+        )
+    if not tune and budget is None:
         opt.refuse_unused({"--tune-dataset": tune_dataset, "--tune-split": tune_split}, "without --tune")
+    factory = factory or "Flat"
     from embedkit.index.faiss_helpers import INDEX_KINDS, BuildSettings
 
     check_output_folder(output, INDEX_KINDS, overwrite)
@@ -74,7 +98,10 @@ def index(
             f"{folder.manifest['count']} vectors indexed as '{factory}' in {num_partitions} partitions at {written}"
         )
         return
-    if on_disk:  # streamed from the embedding shard files: the corpus never sits in memory
+    if budget is not None:
+        built = _choose(folder, settings, budget, target_recall, target_ndcg_drop, tune_dataset, tune_split, data_dir)
+        factory = built.meta["factory"]
+    elif on_disk:  # streamed from the embedding shard files: the corpus never sits in memory
         from embedkit.index.ondisk import build_ondisk
 
         built = build_ondisk(folder, output, settings, overwrite=overwrite)
@@ -93,6 +120,26 @@ def index(
         typer.echo("\n".join(tuning.table()))
     built.save(output, overwrite=overwrite or on_disk)  # an on-disk build has written its own folder already
     typer.echo(f"{len(built)} vectors indexed as '{factory}' at {output}")
+
+
+def _choose(folder, settings, budget, target_recall, ndcg_drop, dataset, split, data_dir):
+    """``--max-memory``: the fastest index under the budget that meets the target; prints the candidates."""
+    from embedkit.index.choose import BudgetSettings, budget_table, choose_index, dataset_tune_queries
+
+    queries = score = None
+    if dataset is not None:
+        queries = dataset_tune_queries(folder.settings, dataset, split, data_dir)
+    if ndcg_drop is not None:
+        from embedkit.evaluation.metrics import compute_metrics
+
+        def score(run: dict) -> float:
+            return compute_metrics(queries.qrels, run)[0]["ndcg_at_10"]
+
+    chosen = choose_index(
+        folder, settings, BudgetSettings(budget, target_recall, ndcg_drop), queries=queries, score=score
+    )
+    typer.echo("\n".join(budget_table(chosen.meta["memory_budget"])))
+    return chosen
 
 
 def register(app: typer.Typer) -> None:

@@ -35,6 +35,11 @@ def mine(
     teacher_max_length: Annotated[Optional[int], typer.Option(help="Tokens per (query, document) pair.")] = None,
     data_dir: opt.DataDir = None,
     cache_dir: Annotated[Optional[Path], typer.Option(help="Where corpus embeddings are cached.")] = None,
+    executor: opt.Executor = "local",
+    ray_address: opt.RayAddress = None,
+    num_workers: Annotated[Optional[int], typer.Option(help="With --executor ray: the encoding actors.")] = None,
+    gpus_per_worker: opt.GpusPerWorker = 0.0,
+    cpus_per_worker: opt.CpusPerWorker = None,
     model: opt.Model = None,
     max_length: opt.MaxLength = None,
     dtype: opt.Dtype = None,
@@ -57,6 +62,9 @@ def mine(
         raise EmbedkitError(f"must be in [0, 1), not {relative_margin}", field="--relative-margin")
     opt.one_of(sampling, ("random", "top"), "--sampling")
     options = opt.ModelOptions(model=model, max_length=max_length, dtype=dtype, device=device, backend=backend).check()
+    if executor == "local":
+        opt.refuse_unused({"--num-workers": num_workers}, "without --executor ray")
+    ray = opt.ray_executor(executor, ray_address, num_workers, gpus_per_worker, cpus_per_worker)
 
     from embedkit.train.mined import is_mined_file
 
@@ -85,7 +93,7 @@ def mine(
         resolve_cross_encoder(teacher, "--teacher")
     data = load_dataset(dataset, data_dir=data_dir)
     embedder = options.load()
-    records = mine_hard_negatives(embedder, data, settings, cache_dir=cache_dir)
+    records = mine_hard_negatives(embedder, data, settings, cache_dir=cache_dir, executor=ray)
     described, dropped = None, 0
     if teacher is not None:
         from embedkit.reranking.reranker import CrossEncoderReranker

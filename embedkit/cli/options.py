@@ -11,6 +11,7 @@ import typer
 from embedkit.errors import EmbedkitError
 
 if TYPE_CHECKING:
+    from embedkit.encode.ray_executor import RayExecutor
     from embedkit.models.embedding_model import EmbeddingModel
 
 Model = Annotated[
@@ -37,6 +38,21 @@ EfSearch = Annotated[Optional[int], typer.Option("--ef-search", help="HNSW searc
 Rescore = Annotated[
     Optional[int],
     typer.Option(help="Re-rank the top k*N hits by exact float scores from the embeddings (SQ8, binary); 0 = off."),
+]
+Executor = Annotated[
+    str, typer.Option(help="local (this process) | ray (Ray Data: tokenize in CPU tasks, encode in actors).")
+]
+RayAddress = Annotated[
+    Optional[str],
+    typer.Option(help="With --executor ray: a running cluster ('auto', 'ray://HEAD:10001'); default: this host."),
+]
+GpusPerWorker = Annotated[float, typer.Option(help="With --executor ray: GPUs each actor reserves.")]
+CpusPerWorker = Annotated[
+    Optional[float], typer.Option(help="With --executor ray: CPUs each actor reserves (and its torch threads).")
+]
+MaxMemory = Annotated[
+    Optional[str],
+    typer.Option(help="Choose the fastest index that fits this memory (512MiB, 2GiB, 2GB) and meets the target."),
 ]
 Overwrite = Annotated[
     bool,
@@ -111,3 +127,23 @@ class ModelOptions:
         options["dtype"] = options["dtype"] or "float32"
         options["backend"] = options["backend"] or "torch"
         return load_model(name, **options)
+
+
+def ray_executor(
+    executor: str,
+    address: str | None,
+    num_workers: int | None,
+    gpus_per_worker: float,
+    cpus_per_worker: float | None,
+) -> RayExecutor | None:
+    """The Ray executor the flags ask for (checked; Ray imported only to see that it is there), or None."""
+    one_of(executor, ("local", "ray"), "--executor")
+    if executor == "local":
+        given = {"--ray-address": address, "--cpus-per-worker": cpus_per_worker}
+        refuse_unused({**given, "--gpus-per-worker": gpus_per_worker or None}, "without --executor ray")
+        return None
+    from embedkit.encode.ray_executor import RayExecutor, RaySettings, import_ray
+
+    settings = RaySettings(address, num_workers or 1, gpus_per_worker, cpus_per_worker).check()
+    import_ray()
+    return RayExecutor(settings)

@@ -12,6 +12,7 @@ from typing import Any
 
 from embedkit.data.beir import BeirDataset
 from embedkit.data.resolve import cache_home
+from embedkit.encode.executor import ShardExecutor
 from embedkit.encode.folder import EmbeddingsFolder
 from embedkit.encode.writer import encode_to_folder
 from embedkit.environment import vector_library_versions
@@ -31,9 +32,13 @@ def default_cache_root() -> Path:
 
 
 def cached_corpus_embeddings(
-    model: EmbeddingModel, dataset: BeirDataset, cache_root: str | Path | None = None
+    model: EmbeddingModel,
+    dataset: BeirDataset,
+    cache_root: str | Path | None = None,
+    executor: ShardExecutor | None = None,
 ) -> EmbeddingsFolder:
     """The corpus of ``dataset`` encoded by ``model``: from the cache, or encoded into it (resuming a killed run)."""
     root = Path(cache_root) if cache_root else default_cache_root()
     key = embeddings_key(model.settings, dataset.corpus_sha256)
-    return encode_to_folder(model, dataset.corpus, root / f"corpus-{key}", corpus_sha256=dataset.corpus_sha256)
+    folder = root / f"corpus-{key}"
+    return encode_to_folder(model, dataset.corpus, folder, corpus_sha256=dataset.corpus_sha256, executor=executor)

@@ -12,31 +12,20 @@ from typing import TYPE_CHECKING, Any
 
 from tqdm.auto import tqdm
 
-from embedkit.data.beir import DOC_TEXT_RULE, corpus_fingerprint, doc_text
-from embedkit.data.jsonl import check_id
+from embedkit.data.beir import DOC_TEXT_RULE, corpus_fingerprint
+from embedkit.encode.executor import InProcess
 from embedkit.encode.folder import EmbeddingsFolder, differences, key_of, read_manifest, shard_is_intact
 from embedkit.encode.layout import FORMAT, MANIFEST, check_embeddings_folder, check_worker, part_name, shard_block
+from embedkit.encode.shards import remove_shard_files
 from embedkit.encode.workers import merge_encoded_parts, parts_ready
 from embedkit.environment import library_versions
 from embedkit.errors import EmbedkitError
 from embedkit.outputs import output_lock
-from embedkit.storage import save_npy, sha256_file, write_json, write_lines
+from embedkit.storage import write_json
 
 if TYPE_CHECKING:
+    from embedkit.encode.executor import ShardExecutor
     from embedkit.models.embedding_model import EmbeddingModel
-
-
-def _columns(corpus: Any, start: int, stop: int) -> tuple[list[str], list[str]]:
-    """Ids (checked: they go into ``docid`` files, one a line) and document texts of rows ``start:stop``."""
-    rows = corpus[start:stop]
-    if isinstance(rows, dict):  # a datasets.Dataset slice is a dict of columns
-        titles = rows.get("title") or [""] * len(rows["_id"])
-        docs = [{"title": t, "text": x} for t, x in zip(titles, rows["text"])]
-        ids = list(rows["_id"])
-    else:
-        docs, ids = rows, [d["_id"] for d in rows]
-    ids = [check_id(doc_id, None, None, f"_id of document {start + i}") for i, doc_id in enumerate(ids)]
-    return ids, [doc_text(d) for d in docs]
 
 
 def _reusable_shards(
@@ -98,6 +87,7 @@ def encode_to_folder(
     num_workers: int = 1,
     merge: bool = True,
     corpus_sha256: str | None = None,
+    executor: ShardExecutor | None = None,
 ) -> EmbeddingsFolder:
     """Encode ``corpus`` into ``folder``, reusing every intact shard encoded earlier with the same settings.
 
@@ -106,6 +96,8 @@ def encode_to_folder(
     anywhere that sees the folder. With ``merge``, the worker that completes the last part also writes
     ``manifest.json`` (:func:`merge_encoded_parts`); the result is then the whole folder (``complete``), otherwise
     this worker's part. ``corpus_sha256`` is the corpus's ``corpus_fingerprint`` when the caller has it already.
+    ``executor`` encodes the missing shards elsewhere (``embedkit.encode.ray_executor``); this process still owns the
+    folder, its lock and its manifest, so the folder is the same whoever encoded it.
     """
     check_worker(worker_id, num_workers)
     if shard_size < 1:
@@ -165,25 +157,14 @@ def encode_to_folder(
         show = len(corpus) >= 1000 if show_progress is None else show_progress
         desc = f"Encoding corpus (worker {worker_id}/{num_workers})" if worker else "Encoding corpus"
         with tqdm(total=block_docs, desc=desc, unit="doc", disable=not show) as bar:
-            for index in block:
-                start, stop = index * shard_size, min(len(corpus), (index + 1) * shard_size)
-                if index in done:
-                    bar.update(stop - start)
-                else:
-                    ids, texts = _columns(corpus, start, stop)
-                    vectors = model.encode(texts, prompt=model.document_prompt, progress=bar)
-                    name = f"shard-{index:05d}"
-                    save_npy(folder / f"{name}.npy", vectors)
-                    write_lines(folder / f"{name}.docid", ids)
-                    done[index] = {
-                        "index": index,
-                        "embeddings": f"{name}.npy",
-                        "ids": f"{name}.docid",
-                        "count": len(ids),
-                        "sha256": sha256_file(folder / f"{name}.npy"),
-                        "ids_sha256": sha256_file(folder / f"{name}.docid"),
-                    }
-                    encoded += 1
+            bar.update(sum(shard["count"] for shard in done.values()))
+            pending = [index for index in block if index not in done]
+            remove_shard_files(folder, pending)
+            for entry in (executor or InProcess()).encode_shards(model, corpus, folder, pending, shard_size, bar):
+                done[entry["index"]] = entry
+                encoded += 1
+                record()
+            if not pending:
                 record()
         if worker and merge and parts_ready(folder, key, num_workers):
             merged = merge_encoded_parts(folder, num_workers=num_workers)

@@ -22,7 +22,7 @@ import numpy as np
 
 from embedkit.environment import library_versions
 from embedkit.errors import EmbedkitError
-from embedkit.storage import read_json
+from embedkit.storage import read_json, read_lines, sha256_file
 
 logger = logging.getLogger(__name__)
 
@@ -269,6 +269,34 @@ def read_index_file(path: Path, binary: bool = False, on_disk: bool = False) -> 
             return faiss.read_index(str(path), flags)
     except RuntimeError as err:
         raise EmbedkitError(f"not a readable FAISS index ({faiss_reason(err)})", path=path) from None
+
+
+def read_index_folder(path: Path) -> tuple[faiss.Index | faiss.IndexBinary, list[str], dict[str, Any]]:
+    """The FAISS index, ids and meta.json of an embedkit or pyserini index folder, checksums and counts checked."""
+    if not path.is_dir():
+        raise EmbedkitError("no such index folder", path=path)
+    if not (path / "index").exists() and is_partitioned(path):
+        raise EmbedkitError("a partitioned index folder: open it with embedkit.index.load_index", path=path)
+    for name in ("index", "docid"):
+        if not (path / name).is_file():
+            raise EmbedkitError(f"the index folder has no '{name}' file", path=path)
+    meta = read_meta(path)
+    for name, digest in (meta.get("files") or {}).items():
+        if sha256_file(path / name) != digest:
+            raise EmbedkitError(
+                "changed since it was written (its sha256 differs from meta.json); rebuild the index", path=path / name
+            )
+    # an on-disk index's lists are mapped from the index.ivfdata beside 'index', whatever the cwd
+    index = read_index_file(path / "index", binary=bool(meta.get("binary")), on_disk=bool(meta.get("on_disk")))
+    ids = read_lines(path / "docid")
+    if index.ntotal != len(ids):
+        raise EmbedkitError(f"'index' holds {index.ntotal} vectors but 'docid' lists {len(ids)} ids", path=path)
+    if meta.get("dim") not in (None, index.d):
+        raise EmbedkitError(f"meta.json says dim {meta['dim']}, the index has {index.d}", path=path, field="dim")
+    meta.setdefault("format", FORMAT)
+    meta.setdefault("dim", int(index.d))
+    meta.setdefault("count", len(ids))
+    return index, ids, meta
 
 
 def write_index_file(index: faiss.Index | faiss.IndexBinary, folder: Path, final_folder: Path) -> None:

@@ -17,7 +17,6 @@ import numpy as np
 from embedkit.errors import EmbedkitError
 from embedkit.index.building import Trained, build_faiss
 from embedkit.index.faiss_helpers import (
-    FORMAT,
     INDEX_KINDS,
     METRICS,
     BuildSettings,
@@ -27,17 +26,16 @@ from embedkit.index.faiss_helpers import (
     check_rescore,
     current_search_param,
     gpu_count,
-    is_partitioned,
-    read_index_file,
-    read_meta,
+    read_index_folder,
     set_binary_parameter,
     to_gpu,
     write_index_file,
 )
 from embedkit.index.rescore import rescore as exact_rescore
+from embedkit.index.torch_search import ExactSearch, TorchExactSearch, flat_storage, wants_torch
 from embedkit.index.vectors import Vectors
 from embedkit.outputs import replace_folder
-from embedkit.storage import read_lines, sha256_file, write_json, write_lines
+from embedkit.storage import sha256_file, write_json, write_lines
 
 
 class Index:
@@ -55,6 +53,8 @@ class Index:
         self.meta = meta
         self.search_params: dict[str, int] = dict(meta.get("search_params") or {})
         self._vectors: Vectors | None = None
+        self.exact = ExactSearch.from_meta(meta.get("exact_search"))
+        self._torch: TorchExactSearch | bool | None = None  # False: FAISS searches (decided on the first search)
 
     @property
     def dim(self) -> int:
@@ -237,7 +237,27 @@ class Index:
                 scores[start : start + batch_size], labels[start : start + batch_size] = found, rows
         return scores, labels
 
+    def set_exact_search(self, settings: ExactSearch) -> None:
+        """How a ``Flat`` index is searched: FAISS, or torch on a device in a dtype (``torch_search``); in meta.json."""
+        self.exact, self._torch = settings.check(), None
+        self.meta["exact_search"] = settings.to_meta()
+
+    def _torch_search(self) -> TorchExactSearch | None:
+        """The torch search of a ``Flat`` index where it is chosen, made on first use; what it used goes in meta."""
+        if self._torch is None:
+            self._torch = False
+            if not self.binary and wants_torch(self.exact, gpu_count()):
+                storage = flat_storage(self.faiss_index)
+                if storage is None and self.exact.backend == "torch":
+                    raise EmbedkitError(f"only a CPU 'Flat' index, not '{self.meta.get('factory')}'", field="backend")
+                if storage is not None:
+                    self._torch = TorchExactSearch(storage, self.metric, self.exact)
+                    self.meta["exact_search"] = {**self.exact.to_meta(), "used": self._torch.record()}
+        return self._torch or None
+
     def _search_batch(self, batch: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:
+        if self._torch_search() is not None:
+            return self._torch_search().search(batch, depth)
         if self.binary:
             hamming, rows = self.faiss_index.search(binarize(batch), depth)
             return (self.dim - 2 * hamming).astype(np.float32), rows
@@ -292,32 +312,8 @@ class Index:
         ``split_across_gpus`` spreads the vectors over all GPUs instead of copying all of them to each. A partitioned
         index folder is opened by ``embedkit.index.load_index``.
         """
-        path = Path(path)
-        if not path.is_dir():
-            raise EmbedkitError("no such index folder", path=path)
-        if not (path / "index").exists() and is_partitioned(path):
-            raise EmbedkitError("a partitioned index folder: open it with embedkit.index.load_index", path=path)
-        for name in ("index", "docid"):
-            if not (path / name).is_file():
-                raise EmbedkitError(f"the index folder has no '{name}' file", path=path)
-        meta = read_meta(path)
-        for name, digest in (meta.get("files") or {}).items():
-            if sha256_file(path / name) != digest:
-                raise EmbedkitError(
-                    "changed since it was written (its sha256 differs from meta.json); rebuild the index",
-                    path=path / name,
-                )
+        index, ids, meta = read_index_folder(Path(path))
         binary, on_disk = bool(meta.get("binary")), bool(meta.get("on_disk"))
-        # an on-disk index's lists are mapped from the index.ivfdata beside 'index', whatever the cwd
-        index = read_index_file(path / "index", binary=binary, on_disk=on_disk)
-        ids = read_lines(path / "docid")
-        if index.ntotal != len(ids):
-            raise EmbedkitError(f"'index' holds {index.ntotal} vectors but 'docid' lists {len(ids)} ids", path=path)
-        if meta.get("dim") not in (None, index.d):
-            raise EmbedkitError(f"meta.json says dim {meta['dim']}, the index has {index.d}", path=path, field="dim")
-        meta.setdefault("format", FORMAT)
-        meta.setdefault("dim", int(index.d))
-        meta.setdefault("count", len(ids))
         # an on-disk index is searched where it lies: a GPU copy would need all its lists in memory
         on_device = use_gpu and not (binary or on_disk)
         loaded = cls(to_gpu(index, split=split_across_gpus) if on_device else index, ids, meta)

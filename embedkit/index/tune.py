@@ -8,6 +8,7 @@ with the model that made the embeddings, give a curve closer to what users will 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,27 @@ from embedkit.index.vectors import Vectors
 from embedkit.models.loading import load_model_from_settings
 
 EF_SEARCH_VALUES = (16, 32, 64, 128, 256, 512, 1024)
+# Search rows (queries x k) to a ranking quality, higher is better: nDCG@10 on qrels, given by a caller that has them.
+Quality = Callable[[np.ndarray], float]
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a search setting must reach: recall@k >= ``recall`` against exact search or, with ``quality``, at most
+    ``max_drop`` below the quality of the exact top-k (e.g. nDCG@10 on a dataset's qrels)."""
+
+    recall: float = 0.95
+    quality: Quality | None = None
+    max_drop: float = 0.0
+    quality_name: str = "ndcg_at_10"
+
+    def describe(self, k: int) -> str:
+        return f"{self.quality_name} drop <= {self.max_drop}" if self.quality else f"recall@{k} >= {self.recall}"
+
+    def met(self, point: dict[str, Any], reference: float | None) -> bool:
+        if self.quality is None or reference is None:
+            return point["recall_at_k"] >= self.recall
+        return point[self.quality_name] >= reference - self.max_drop - 1e-12
 
 
 def _powers_of_two(limit: int) -> list[int]:
@@ -120,6 +142,49 @@ def _timed(index: Index, queries: np.ndarray, k: int, repeats: int) -> tuple[np.
     return rows, best
 
 
+def measure_point(
+    index: Index, queries: np.ndarray, truth: np.ndarray, k: int, target: Target, reference: float | None, repeats: int
+) -> dict[str, Any]:
+    """Recall@k (and the target's quality), queries/s and whether the target is met, at the index's settings now."""
+    rows, seconds = _timed(index, queries, k, repeats)
+    point: dict[str, Any] = {"recall_at_k": recall_at_k(truth, rows), "qps": len(queries) / seconds}
+    if target.quality is not None:
+        point[target.quality_name] = target.quality(rows)
+    point["met"] = target.met(point, reference)
+    return point
+
+
+def measure_curve(
+    index: Index,
+    queries: np.ndarray,
+    truth: np.ndarray,
+    k: int = 10,
+    target: Target | None = None,
+    *,
+    values: list[int] | None = None,
+    repeats: int = 3,
+    extra_points: int = 2,
+) -> list[dict[str, Any]]:
+    """The index's search parameter swept over ``values`` (default ``sweep_values``): one measured point each,
+    stopping ``extra_points`` settings after the target is first met, or at recall 1. The index keeps the last
+    setting; ``tune`` restores or applies one."""
+    target = target or Target()
+    param, default_values = sweep_values(index, k)
+    keyword = "nprobe" if param == "nprobe" else "ef_search"
+    reference = target.quality(truth) if target.quality is not None else None
+    curve: list[dict[str, Any]] = []
+    reached_at = None
+    for value in sorted(set(values)) if values else default_values:
+        index.set_search_params(**{keyword: value})
+        point = {"param": param, "value": value, **measure_point(index, queries, truth, k, target, reference, repeats)}
+        curve.append(point)
+        if point["met"] and reached_at is None:
+            reached_at = len(curve)
+        if point["recall_at_k"] >= 1.0 or (reached_at is not None and len(curve) - reached_at >= extra_points):
+            break
+    return curve
+
+
 def tune(
     index: Index,
     queries: np.ndarray | None = None,
@@ -160,18 +225,11 @@ def tune(
         _, ground_truth = exact_search(queries, float_vectors, k, index.metric)
     keyword = "nprobe" if param == "nprobe" else "ef_search"
     before, params_before = current_search_param(index.faiss_index, param), dict(index.search_params)
-    curve: list[dict[str, Any]] = []
-    reached_at = None
-    for value in values:
-        index.set_search_params(**{keyword: value})
-        rows, seconds = _timed(index, queries, k, repeats)
-        recall = recall_at_k(ground_truth, rows)
-        curve.append({"param": param, "value": value, "recall_at_k": recall, "qps": len(queries) / seconds})
-        if recall >= target_recall and reached_at is None:
-            reached_at = len(curve)
-        if recall >= 1.0 or (reached_at is not None and len(curve) - reached_at >= extra_points):
-            break
-    passing = [point for point in curve if point["recall_at_k"] >= target_recall]
+    target = Target(recall=target_recall)
+    curve = measure_curve(
+        index, queries, ground_truth, k, target, values=values, repeats=repeats, extra_points=extra_points
+    )
+    passing = [point for point in curve if point["met"]]
     if not passing:
         _restore(index, keyword, before, params_before)
         best = max(curve, key=lambda point: point["recall_at_k"])

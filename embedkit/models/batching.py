@@ -7,8 +7,10 @@ embedkit's speed over a plain ``encode`` comes from (``benchmarks/encode.py`` me
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -34,10 +36,60 @@ def token_budget_batches(lengths: np.ndarray, budget: int, max_batch: int = MAX_
 
 def token_lengths(model: EmbeddingModel, texts: list[str], prompt: str) -> np.ndarray:
     """Token count of each (prompted) text after truncation, as the model's tokenizer sees it."""
-    tokenizer = model.st.tokenizer
-    prompted = [prompt + text for text in texts] if prompt else texts
-    ids = tokenizer(prompted, truncation=True, max_length=model.max_length, add_special_tokens=True)["input_ids"]
-    return np.fromiter((len(row) for row in ids), dtype=np.int64, count=len(texts))
+    return TextBatcher.of(model, weightless=False).lengths(texts, prompt)
+
+
+class _ConfigOnly(torch.nn.Module):
+    """Stands in for a network inside a copied input module: preprocessing reads the config, never the weights."""
+
+    def __init__(self, config: Any) -> None:
+        super().__init__()
+        self.config = config
+
+
+@dataclass
+class TextBatcher:
+    """Tokenization and batching, the CPU half of an encode, apart from the model's forward pass.
+
+    ``of(model)`` keeps the model's own input module (so features are exactly what ``SentenceTransformer.preprocess``
+    makes), by default with its networks replaced by their configs: it pickles to about 1 MB, so CPU tasks on other
+    processes or machines (the Ray executor) can tokenize while stateful workers hold the only copies of the weights.
+    """
+
+    input_module: Any
+    max_length: int
+    batch_tokens: int
+
+    @classmethod
+    def of(cls, model: EmbeddingModel, weightless: bool = True) -> TextBatcher:
+        module = model.st[0]
+        if weightless:
+            module = copy.copy(module)
+            module._modules = {name: _ConfigOnly(getattr(sub, "config", None)) for name, sub in module._modules.items()}
+        return cls(module, model.max_length, model.batch_tokens)
+
+    def lengths(self, texts: list[str], prompt: str) -> np.ndarray:
+        prompted = [prompt + text for text in texts] if prompt else texts
+        tokenizer = self.input_module.tokenizer
+        ids = tokenizer(prompted, truncation=True, max_length=self.max_length, add_special_tokens=True)["input_ids"]
+        return np.fromiter((len(row) for row in ids), dtype=np.int64, count=len(texts))
+
+    def batches(self, texts: list[str], prompt: str) -> Iterator[tuple[np.ndarray, dict[str, Any]]]:
+        """``(indices, features)`` per batch: longest texts first, each batch within the token budget."""
+        for batch in token_budget_batches(self.lengths(texts, prompt), self.batch_tokens):
+            yield batch, self.input_module.preprocess([texts[i] for i in batch], prompt=prompt or None)
+
+
+def embed_features(model: EmbeddingModel, features: dict[str, Any]) -> np.ndarray:
+    """One batch's forward pass (autocast as the model's dtype asks), normalised if the model is, as float32."""
+    st = model.st
+    features = {k: v.to(st.device) if isinstance(v, torch.Tensor) else v for k, v in features.items()}
+    with autocast(model.device, model.dtype):
+        embeddings = st(features)["sentence_embedding"]
+    embeddings = embeddings.float()
+    if model.normalize:
+        embeddings = torch.nn.functional.normalize(embeddings, p=2, dim=1)
+    return embeddings.cpu().numpy()
 
 
 @torch.inference_mode()
@@ -52,22 +104,12 @@ def encode_texts(
     out = np.empty((len(texts), model.dim), dtype=np.float32)
     if not texts:
         return out
-    st = model.st
-    st.eval()
-    lengths = token_lengths(model, texts, prompt)
-    batches = list(token_budget_batches(lengths, model.batch_tokens))
+    model.st.eval()
     show = len(texts) >= 1000 if show_progress is None else show_progress
     own_bar = tqdm(total=len(texts), desc="Encoding", unit="text", disable=progress is not None or not show)
     bar = progress if progress is not None else own_bar
     with own_bar:
-        for batch in batches:
-            features = st.preprocess([texts[i] for i in batch], prompt=prompt or None)
-            features = {k: v.to(st.device) if isinstance(v, torch.Tensor) else v for k, v in features.items()}
-            with autocast(model.device, model.dtype):
-                embeddings = st(features)["sentence_embedding"]
-            embeddings = embeddings.float()
-            if model.normalize:
-                embeddings = torch.nn.functional.normalize(embeddings, p=2, dim=1)
-            out[batch] = embeddings.cpu().numpy()
+        for batch, features in TextBatcher.of(model, weightless=False).batches(texts, prompt):
+            out[batch] = embed_features(model, features)
             bar.update(len(batch))
     return out

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from embedkit.data.beir import BeirDataset
 from embedkit.encode.cache import cached_corpus_embeddings
+from embedkit.encode.executor import ShardExecutor
 from embedkit.encode.folder import EmbeddingsFolder
 from embedkit.index.faiss_helpers import BuildSettings
 from embedkit.index.faiss_index import Index
@@ -49,8 +50,15 @@ def dense_search(
 class DenseRetrieval:
     """A model over a dataset's corpus: its cached vectors, the index ``spec`` builds from them, searches of it."""
 
-    def __init__(self, model: EmbeddingModel, spec: Dense | None = None, cache_dir: str | Path | None = None) -> None:
+    def __init__(
+        self,
+        model: EmbeddingModel,
+        spec: Dense | None = None,
+        cache_dir: str | Path | None = None,
+        executor: ShardExecutor | None = None,
+    ) -> None:
         self.model = model
+        self.executor = executor
         self.spec = (spec or Dense()).check()
         self.cache_dir = cache_dir
         self._embeddings: dict[str, EmbeddingsFolder] = {}
@@ -59,7 +67,9 @@ class DenseRetrieval:
     def embeddings(self, data: BeirDataset) -> EmbeddingsFolder:
         """The corpus encoded by the model: from the cache, or encoded into it once (``encoded_shards`` says which)."""
         if data.corpus_sha256 not in self._embeddings:
-            self._embeddings[data.corpus_sha256] = cached_corpus_embeddings(self.model, data, self.cache_dir)
+            self._embeddings[data.corpus_sha256] = cached_corpus_embeddings(
+                self.model, data, self.cache_dir, self.executor
+            )
         return self._embeddings[data.corpus_sha256]
 
     def index(self, data: BeirDataset) -> Index:

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from embedkit.data.beir import BeirDataset, doc_text
+from embedkit.encode.executor import ShardExecutor
 from embedkit.errors import EmbedkitError
 from embedkit.models.embedding_model import EmbeddingModel
 from embedkit.search.dense import DenseRetrieval
@@ -49,7 +50,11 @@ class MiningSettings:
 
 
 def mine_hard_negatives(
-    model: EmbeddingModel, dataset: BeirDataset, settings: MiningSettings, cache_dir: str | Path | None = None
+    model: EmbeddingModel,
+    dataset: BeirDataset,
+    settings: MiningSettings,
+    cache_dir: str | Path | None = None,
+    executor: ShardExecutor | None = None,
 ) -> list[dict[str, Any]]:
     """One record per relevant (query, document) pair with ``num_negatives`` mined negatives.
 
@@ -58,7 +63,8 @@ def mine_hard_negatives(
     """
     settings.check()
     qrels = dataset.qrels(settings.split)
-    index = DenseRetrieval(model, Dense(settings.factory), cache_dir).index(dataset)  # the shared cached encode
+    # the shared cached encode; ``executor`` encodes the corpus elsewhere when it is not cached yet
+    index = DenseRetrieval(model, Dense(settings.factory), cache_dir, executor).index(dataset)
     row_of = {doc_id: i for i, doc_id in enumerate(index.ids)}
     query_ids = list(qrels)
     query_vectors = model.encode_queries([dataset.queries[q] for q in query_ids])

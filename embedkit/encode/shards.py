@@ -1,0 +1,69 @@
+"""One shard file of an embeddings folder: its rows of the corpus, and how it is committed to disk.
+
+Every executor (the single process, the Ray actors) writes a shard through ``commit_shard``, so the files and the
+manifest entry are the same whichever one encoded it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from embedkit.data.beir import doc_text
+from embedkit.data.jsonl import check_id
+from embedkit.storage import save_npy, sha256_file, write_lines
+
+
+def shard_name(index: int) -> str:
+    return f"shard-{index:05d}"
+
+
+def shard_rows(corpus: Any, start: int, stop: int) -> tuple[list[str], list[str]]:
+    """Ids (checked: they go into ``docid`` files, one a line) and document texts of rows ``start:stop``."""
+    rows = corpus[start:stop]
+    if isinstance(rows, dict):  # a datasets.Dataset slice is a dict of columns
+        titles = rows.get("title") or [""] * len(rows["_id"])
+        docs = [{"title": t, "text": x} for t, x in zip(titles, rows["text"])]
+        ids = list(rows["_id"])
+    else:
+        docs, ids = rows, [d["_id"] for d in rows]
+    ids = [check_id(doc_id, None, None, f"_id of document {start + i}") for i, doc_id in enumerate(ids)]
+    return ids, [doc_text(d) for d in docs]
+
+
+def shard_entry(folder: Path, index: int, count: int) -> dict[str, Any]:
+    """The manifest entry of a shard whose two files are on disk."""
+    name = shard_name(index)
+    return {
+        "index": index,
+        "embeddings": f"{name}.npy",
+        "ids": f"{name}.docid",
+        "count": count,
+        "sha256": sha256_file(folder / f"{name}.npy"),
+        "ids_sha256": sha256_file(folder / f"{name}.docid"),
+    }
+
+
+def commit_shard(folder: Path, index: int, ids: list[str], vectors: np.ndarray) -> dict[str, Any]:
+    """Write the ids, then the vectors (each atomically): a shard's ``.npy`` existing means it is complete."""
+    name = shard_name(index)
+    write_lines(folder / f"{name}.docid", ids)
+    save_npy(folder / f"{name}.npy", vectors)
+    return shard_entry(folder, index, len(ids))
+
+
+def committed_shard(folder: Path, index: int, count: int) -> dict[str, Any] | None:
+    """The entry of a shard this run already committed (a retried task finds it), else None."""
+    name = shard_name(index)
+    if (folder / f"{name}.npy").is_file() and (folder / f"{name}.docid").is_file():
+        return shard_entry(folder, index, count)
+    return None
+
+
+def remove_shard_files(folder: Path, indexes: list[int]) -> None:
+    """Files of shards no manifest lists (a killed run's last shard): the executor that redoes them starts clean."""
+    for index in indexes:
+        for ext in ("npy", "docid"):
+            (folder / f"{shard_name(index)}.{ext}").unlink(missing_ok=True)

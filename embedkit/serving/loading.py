@@ -1,0 +1,37 @@
+"""``load_engine``: an index folder, the model recorded in it (or another given) and an optional dataset."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from embedkit.serving.engine import Engine
+
+
+def load_engine(
+    index: str | Path,
+    *,
+    dataset: str | Path | None = None,
+    data_dir: str | Path | None = None,
+    nprobe: int | None = None,
+    ef_search: int | None = None,
+    snippet_chars: int = 300,
+    **runtime: Any,
+) -> Engine:
+    """Open everything a server needs, files first (a bad index or dataset fails before the model loads).
+
+    ``runtime`` is ``model``, ``dtype``, ``device``, ``backend``: as for ``load_model_from_settings``.
+    """
+    from embedkit.data.beir import load_dataset
+    from embedkit.index.partitioned import load_index
+    from embedkit.models.loading import load_model_from_settings
+
+    opened = load_index(index)
+    if nprobe is not None or ef_search is not None:
+        opened.set_search_params(nprobe=nprobe, ef_search=ef_search)
+    data = None
+    if dataset is not None:
+        data = load_dataset(dataset, data_dir=data_dir)
+        data.row_of  # noqa: B018 - reads the corpus now, so a broken corpus file fails before the model loads
+    model = load_model_from_settings(opened.meta.get("model") or {}, **runtime)
+    return Engine(model, opened, data, snippet_chars=snippet_chars, index_path=index)

@@ -1,0 +1,170 @@
+"""``encode --executor ray`` on a real local Ray cluster: the folder equals the single-process one, even when an
+encoding actor is killed mid-run (a real SIGKILL), and no shard committed before the kill is written again."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import write_jsonl
+
+pytest.importorskip("ray", reason="the ray extra (pip install 'embedkit[ray]') is not installed")
+
+SHARD_SIZE = 10
+# One torch thread everywhere: the single-process reference and each actor then run the very same kernels.
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "RAY_AUTH_MODE": "disabled"}
+
+
+def embedkit(*args: str, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "embedkit", *args], capture_output=True, text=True, env=ENV, **kwargs)
+
+
+def ray_encode(corpus: Path, output: Path) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "embedkit",
+        "encode",
+        "--corpus",
+        str(corpus),
+        "-o",
+        str(output),
+        "--shard-size",
+        str(SHARD_SIZE),
+        "--executor",
+        "ray",
+        "--num-workers",
+        "2",
+        "--cpus-per-worker",
+        "0.5",
+    ]
+
+
+@pytest.fixture(scope="module")
+def slice_corpus(tmp_path_factory, scifact) -> Path:
+    """The first 300 SciFact documents: 30 shard files of 10."""
+    return write_jsonl(tmp_path_factory.mktemp("ray-corpus") / "corpus.jsonl", list(scifact.corpus.select(range(300))))
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, slice_corpus) -> Path:
+    folder = tmp_path_factory.mktemp("ray-reference") / "emb"
+    done = embedkit("encode", "--corpus", str(slice_corpus), "-o", str(folder), "--shard-size", str(SHARD_SIZE))
+    assert done.returncode == 0, done.stderr
+    return folder
+
+
+def assert_same_folder(folder: Path, reference: Path) -> None:
+    assert (folder / "manifest.json").read_bytes() == (reference / "manifest.json").read_bytes()
+    names = sorted(p.name for p in reference.iterdir())
+    assert sorted(p.name for p in folder.iterdir()) == names
+    for name in names:
+        if name.endswith(".npy"):
+            assert np.array_equal(np.load(folder / name), np.load(reference / name)), name
+        else:
+            assert (folder / name).read_bytes() == (reference / name).read_bytes(), name
+
+
+def test_ray_executor_writes_the_single_process_folder(tmp_path, slice_corpus, reference):
+    done = subprocess.run(ray_encode(slice_corpus, tmp_path / "emb"), capture_output=True, text=True, env=ENV)
+    assert done.returncode == 0, done.stderr
+    assert "300 documents in 30 shard files" in done.stdout
+    assert_same_folder(tmp_path / "emb", reference)
+    again = subprocess.run(ray_encode(slice_corpus, tmp_path / "emb"), capture_output=True, text=True, env=ENV)
+    assert again.returncode == 0 and "(0 shards encoded now)" in again.stdout, again.stdout + again.stderr
+
+
+def encoding_actors() -> list[int]:
+    """Pids of the live Ray actors running embedkit's ShardEncoder (their process title names the class)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if b"ShardEncoder" in (entry / "cmdline").read_bytes():
+                    pids.append(int(entry.name))
+            except OSError:
+                continue
+    return pids
+
+
+def test_killed_actor_is_replaced_and_no_shard_is_written_twice(tmp_path, slice_corpus, reference):
+    output = tmp_path / "emb"
+    process = subprocess.Popen(
+        ray_encode(slice_corpus, output), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while len(list(output.glob("shard-*.npy"))) < 2:
+            assert process.poll() is None, process.communicate()
+            assert time.monotonic() < deadline, "no shard was committed in 300 s"
+            time.sleep(0.05)
+        actors = encoding_actors()
+        assert actors, "no ShardEncoder actor process found"
+        os.kill(actors[0], signal.SIGKILL)
+        committed = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in output.glob("shard-*.npy")}
+        assert len(committed) < 30, "the encode finished before the kill; the test proves nothing"
+        _, err = process.communicate(timeout=600)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0, err
+    assert not Path(f"/proc/{actors[0]}").exists()
+    assert_same_folder(output, reference)
+    for name, (inode, mtime) in committed.items():  # committed before the kill: never rewritten after it
+        stat = (output / name).stat()
+        assert (stat.st_ino, stat.st_mtime_ns) == (inode, mtime), f"{name} was written twice"
+
+
+def test_ray_flags_are_refused_without_the_ray_executor(tmp_path, slice_corpus):
+    done = embedkit("encode", "--corpus", str(slice_corpus), "-o", str(tmp_path / "e"), "--gpus-per-worker", "1")
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert "--gpus-per-worker does nothing without --executor ray" in done.stderr
+    done = embedkit(
+        "encode",
+        "--corpus",
+        str(slice_corpus),
+        "-o",
+        str(tmp_path / "e"),
+        "--executor",
+        "ray",
+        "--worker-id",
+        "0",
+        "--num-workers",
+        "2",
+    )
+    assert done.returncode == 2 and "--worker-id" in done.stderr
+    done = embedkit("encode", "--corpus", str(slice_corpus), "-o", str(tmp_path / "e"), "--executor", "spark")
+    assert done.returncode == 2 and "--executor" in done.stderr
+    assert not (tmp_path / "e").exists()
+
+
+def test_mine_encodes_its_corpus_through_ray(tmp_path, scifact_subset):
+    """``mine --executor ray`` fills the embeddings cache with the folder a local mine writes, so it mines the same."""
+    mined = {}
+    for executor in ("local", "ray"):
+        cache = tmp_path / f"cache-{executor}"
+        extra = ["--num-workers", "1", "--cpus-per-worker", "1"] if executor == "ray" else []
+        done = embedkit(
+            "mine",
+            "-d",
+            str(scifact_subset),
+            "--split",
+            "test",
+            "-o",
+            str(tmp_path / f"{executor}.jsonl"),
+            "--cache-dir",
+            str(cache),
+            "--executor",
+            executor,
+            *extra,
+        )
+        assert done.returncode == 0, done.stderr
+        (folder,) = cache.glob("corpus-*")
+        mined[executor] = ((folder / "manifest.json").read_bytes(), (tmp_path / f"{executor}.jsonl").read_bytes())
+    assert mined["ray"] == mined["local"]
