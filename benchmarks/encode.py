@@ -89,8 +89,13 @@ class StEncoder:
         return np.asarray(embeddings, dtype=np.float32)
 
 
+STATIC = "static"  # the model folder given by --static (``embedkit distill-static``), float32
+
+
 def _precision(name: str) -> str:
     """An encoder's compute precision: the ONNX and int8 backends run float32 (int8 only in their quantised matmuls)."""
+    if name == STATIC:
+        return "float32"
     return ST_ROWS[name] if name in ST_ROWS else BACKENDS[name].get("dtype", "float32")
 
 
@@ -99,7 +104,9 @@ def _st_peer(name: str) -> str:
     return next(st for st, dtype in ST_ROWS.items() if dtype == _precision(name))
 
 
-def _encoders(names: list[str], st_batch_size: int) -> tuple[dict[str, Encoder], dict[str, Any]]:
+def _encoders(
+    names: list[str], st_batch_size: int, static: Path | None = None
+) -> tuple[dict[str, Encoder], dict[str, Any]]:
     """Load every encoder; returns their encode functions and the embedkit models (for settings and queries)."""
     encoders: dict[str, Encoder] = {}
     models: dict[str, Any] = {}
@@ -108,7 +115,7 @@ def _encoders(names: list[str], st_batch_size: int) -> tuple[dict[str, Encoder],
             encoders[name] = StEncoder(ST_ROWS[name], st_batch_size)
             continue
         start = time.perf_counter()
-        model = load_model(device="cpu", **BACKENDS[name])
+        model = load_model(static, device="cpu") if name == STATIC else load_model(device="cpu", **BACKENDS[name])
         print(f"loaded {name} in {time.perf_counter() - start:.1f} s (an ONNX export is cached after its first run)")
         encoders[name] = lambda texts, model=model: model.encode(texts, show_progress=False)
         models[name] = model
@@ -210,6 +217,7 @@ def main() -> None:
     parser.add_argument("--ndcg", action="store_true", help="also nDCG@10 on the test split per encoder")
     parser.add_argument("--no-rss", dest="rss", action="store_false", help="skip the per-encoder child processes")
     parser.add_argument("--output", type=Path, help="JSON file for the results")
+    parser.add_argument("--static", type=Path, help="a distill-static folder, timed as the encoder 'static'")
     parser.add_argument("--executor", choices=["ray"], help="compare the Ray executor with this process instead")
     parser.add_argument("--shard-size", type=int, default=100, help="with --executor: documents per shard file")
     parser.add_argument("--ray-workers", type=int, default=2, help="with --executor: actors of the widest Ray row")
@@ -235,12 +243,16 @@ def main() -> None:
         return
 
     names = [name.strip() for name in args.backends.split(",") if name.strip()]
-    unknown = [name for name in names if name not in ST_ROWS and name not in BACKENDS]
+    if args.static is not None and STATIC not in names:
+        names.append(STATIC)
+    unknown = [name for name in names if name not in ST_ROWS and name not in BACKENDS and name != STATIC]
     if unknown:
         parser.error(f"unknown encoders {unknown} (choose from {', '.join([*ST_ROWS, *BACKENDS])})")
     texts = _texts(args)
     try:
-        encoders, models = _encoders(names, args.st_sizes[0])
+        if STATIC in names and args.static is None:
+            parser.error("the encoder 'static' needs --static FOLDER")
+        encoders, models = _encoders(names, args.st_sizes[0], args.static)
     except EmbedkitError as error:
         sys.exit(f"cannot load an encoder: {error}")
     sweeps: dict[str, dict[str, Any]] = {}

@@ -33,6 +33,7 @@ MARKER_FILES = (
     "embedkit_training.json",
     "embedkit_pretraining.json",
     "reproduce.json",
+    "embedkit_static.json",
 )
 _held_locks: set[Path] = set()
 

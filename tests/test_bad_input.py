@@ -567,8 +567,15 @@ def test_ctrl_c_during_encode_says_what_was_kept_and_a_rerun_resumes(assets, tmp
     output = tmp_path / "emb"
     command = [sys.executable, "-m", "embedkit.cli", "encode", "--corpus", str(corpus), "-o", str(output)]
     command += ["--shard-size", "5"]
+    # SIGINT back to its default in the child: a shell's background job (CI run with '&') ignores it, and Python
+    # started with SIGINT ignored never raises KeyboardInterrupt, so the encode would simply finish
     process = subprocess.Popen(
-        command, env=_env(assets["cache"]), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        command,
+        env=_env(assets["cache"]),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:

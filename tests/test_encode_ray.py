@@ -71,6 +71,7 @@ def assert_same_folder(folder: Path, reference: Path) -> None:
             assert (folder / name).read_bytes() == (reference / name).read_bytes(), name
 
 
+@pytest.mark.slow  # the killed-actor test below checks the same folder after a kill; this is its clean-run twin
 def test_ray_executor_writes_the_single_process_folder(tmp_path, slice_corpus, reference):
     done = subprocess.run(ray_encode(slice_corpus, tmp_path / "emb"), capture_output=True, text=True, env=ENV)
     assert done.returncode == 0, done.stderr
@@ -119,6 +120,8 @@ def test_killed_actor_is_replaced_and_no_shard_is_written_twice(tmp_path, slice_
     for name, (inode, mtime) in committed.items():  # committed before the kill: never rewritten after it
         stat = (output / name).stat()
         assert (stat.st_ino, stat.st_mtime_ns) == (inode, mtime), f"{name} was written twice"
+    again = subprocess.run(ray_encode(slice_corpus, output), capture_output=True, text=True, env=ENV)
+    assert again.returncode == 0 and "(0 shards encoded now)" in again.stdout, again.stdout + again.stderr
 
 
 def test_ray_flags_are_refused_without_the_ray_executor(tmp_path, slice_corpus):
@@ -144,6 +147,7 @@ def test_ray_flags_are_refused_without_the_ray_executor(tmp_path, slice_corpus):
     assert not (tmp_path / "e").exists()
 
 
+@pytest.mark.slow  # mine hands the executor to the same encode_to_folder the tests above run
 def test_mine_encodes_its_corpus_through_ray(tmp_path, scifact_subset):
     """``mine --executor ray`` fills the embeddings cache with the folder a local mine writes, so it mines the same."""
     mined = {}

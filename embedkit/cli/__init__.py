@@ -32,6 +32,7 @@ INTERRUPTED = 130
 def _register() -> None:
     from embedkit.cli import (
         compare,
+        distill_static,
         encode,
         evaluate,
         index,
@@ -45,7 +46,8 @@ def _register() -> None:
         train,
     )
 
-    for module in (encode, index, search, rerank, evaluate, mine, rescore, train, pretrain, compare, reproduce, serve):
+    stages = (encode, index, search, rerank, evaluate, serve)
+    for module in (*stages, mine, rescore, train, pretrain, distill_static, compare, reproduce):
         module.register(app)
 
 

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from embedkit.models.embedding_model import EmbeddingModel
 
 MAX_BATCH = 128
+STATIC_BATCH = 1024
 
 
 def token_budget_batches(lengths: np.ndarray, budget: int, max_batch: int = MAX_BATCH) -> Iterator[np.ndarray]:
@@ -57,7 +58,7 @@ class TextBatcher:
     """
 
     input_module: Any
-    max_length: int
+    max_length: int | None
     batch_tokens: int
 
     @classmethod
@@ -71,11 +72,23 @@ class TextBatcher:
     def lengths(self, texts: list[str], prompt: str) -> np.ndarray:
         prompted = [prompt + text for text in texts] if prompt else texts
         tokenizer = self.input_module.tokenizer
+        if self.max_length is None:  # a static model's own ``tokenizers.Tokenizer``: no truncation, no specials
+            encodings = tokenizer.encode_batch(prompted, add_special_tokens=False)
+            return np.fromiter((len(row.ids) for row in encodings), dtype=np.int64, count=len(texts))
         ids = tokenizer(prompted, truncation=True, max_length=self.max_length, add_special_tokens=True)["input_ids"]
         return np.fromiter((len(row) for row in ids), dtype=np.int64, count=len(texts))
 
     def batches(self, texts: list[str], prompt: str) -> Iterator[tuple[np.ndarray, dict[str, Any]]]:
-        """``(indices, features)`` per batch: longest texts first, each batch within the token budget."""
+        """``(indices, features)`` per batch: longest texts first, each batch within the token budget.
+
+        A static model pads nothing and its forward is a lookup, so its texts go in input order, tokenized once,
+        ``STATIC_BATCH`` at a time (sorting by length would cost a second tokenization and save nothing).
+        """
+        if self.max_length is None:
+            for start in range(0, len(texts), STATIC_BATCH):
+                batch = np.arange(start, min(len(texts), start + STATIC_BATCH))
+                yield batch, self.input_module.preprocess([texts[i] for i in batch], prompt=prompt or None)
+            return
         for batch in token_budget_batches(self.lengths(texts, prompt), self.batch_tokens):
             yield batch, self.input_module.preprocess([texts[i] for i in batch], prompt=prompt or None)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from functools import cached_property
 from pathlib import Path
@@ -55,8 +56,10 @@ class EmbeddingModel:
         self.backend_config = backend_config or {}
 
     @property
-    def max_length(self) -> int:
-        return int(self.st.max_seq_length)
+    def max_length(self) -> int | None:
+        """Tokens a text is cut to; None for a static model (``distill-static``), which reads every token."""
+        length = self.st.max_seq_length
+        return None if length is None or length == math.inf else int(length)
 
     @property
     def dim(self) -> int:

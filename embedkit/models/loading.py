@@ -7,7 +7,7 @@ from typing import Any
 
 from sentence_transformers import SentenceTransformer
 from sentence_transformers.base.modules import Normalize, Transformer
-from sentence_transformers.sentence_transformer.modules import Pooling
+from sentence_transformers.sentence_transformer.modules import Pooling, StaticEmbedding
 from transformers import AutoConfig
 
 from embedkit.errors import EmbedkitError
@@ -57,6 +57,8 @@ def _own_modules(path: Path) -> bool:
 
 def _stack_pooling(model: SentenceTransformer) -> str:
     for module in model:
+        if isinstance(module, StaticEmbedding):  # a bag of token vectors, averaged (``distill-static``)
+            return "mean"
         if getattr(module, "embedkit_pooling", None):
             return module.embedkit_pooling
         if isinstance(module, Pooling):

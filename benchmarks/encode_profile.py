@@ -1,0 +1,196 @@
+"""Where an encode's time goes, and how far each path is from this CPU's own matmul peak.
+
+    python benchmarks/encode_profile.py                      # 1,000 SciFact documents, fp32 and bf16
+    python benchmarks/encode_profile.py --docs 200 --output runs/encode-profile.json
+
+For embedkit's encode loop (``models.batching``: length-sorted token-budget batches) every batch is timed stage by
+stage: tokenization (token counts + the model's ``preprocess``), the transformer's forward pass, pooling and
+normalisation (the modules after the transformer), and the copy out to a float32 NumPy row block. Batches are
+grouped by padded length (<=64, <=128, <=256 tokens). The forward's useful work is counted analytically from the
+model config (per sequence, per layer: 8·L·d² for the Q/K/V/output projections, 4·L·d·ff for the feed-forward,
+4·L²·d for attention scores and values; padded positions are counted as the forward computes them) and divided by
+the forward's time: the achieved GFLOP/s, as a fraction of ``torch.mm`` on 4096x4096 matrices in the same process,
+precision and thread count (the best of 5). sentence-transformers' own ``encode`` (at ``--st-batch-size``, under
+the same autocast) is timed whole, its FLOPs counted over its own batches (sorted by character length, as it does).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import numpy as np
+import torch
+from sentence_transformers import SentenceTransformer
+
+from embedkit import load_dataset, load_model
+from embedkit.data import doc_text
+from embedkit.models.batching import TextBatcher
+from embedkit.models.device import autocast
+from embedkit.models.reference import default_model_path
+
+BUCKETS = (64, 128, 256, 512)
+
+
+def matmul_peak(dtype: torch.dtype, size: int = 4096, repeats: int = 5) -> float:
+    """GFLOP/s of ``torch.mm`` on large square matrices: the CPU's practical peak for this precision and threads."""
+    a = torch.randn(size, size).to(dtype)
+    b = torch.randn(size, size).to(dtype)
+    torch.mm(a, b)  # warm-up: the kernel choice and the memory are paid here
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        torch.mm(a, b)
+        best = min(best, time.perf_counter() - start)
+    return 2 * size**3 / best / 1e9
+
+
+def forward_flops(config: Any, batch: int, length: int) -> float:
+    """Multiply-adds x 2 of a BERT-like encoder's forward over ``batch`` sequences padded to ``length``."""
+    d, ff, layers = config.hidden_size, config.intermediate_size, config.num_hidden_layers
+    per_layer = 8 * length * d * d + 4 * length * d * ff + 4 * length * length * d
+    return float(batch * layers * per_layer)
+
+
+def bucket(length: int) -> str:
+    return f"<={next(b for b in BUCKETS if length <= b)}"
+
+
+def profile_embedkit(model: Any, texts: list[str]) -> dict[str, Any]:
+    """Per-stage seconds of embedkit's encode, by padded-length bucket, and the forward's FLOPs."""
+    st, config = model.st, model.st[0].model.config
+    stages: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    out = np.empty((len(texts), model.dim), dtype=np.float32)
+    batcher = TextBatcher.of(model, weightless=False)
+    start_all = time.perf_counter()
+    with torch.inference_mode():
+        start = time.perf_counter()
+        plan = batcher.lengths(texts, model.document_prompt)
+        stages["all"]["tokenize"] += time.perf_counter() - start
+        from embedkit.models.batching import token_budget_batches
+
+        for rows in token_budget_batches(plan, model.batch_tokens):
+            t0 = time.perf_counter()
+            features = batcher.input_module.preprocess([texts[i] for i in rows], prompt=model.document_prompt or None)
+            t1 = time.perf_counter()
+            with autocast(model.device, model.dtype):
+                features = st[0](features)
+                t2 = time.perf_counter()
+                for module in list(st)[1:]:
+                    features = module(features)
+            embeddings = features["sentence_embedding"].float()
+            if model.normalize:
+                embeddings = torch.nn.functional.normalize(embeddings, p=2, dim=1)
+            t3 = time.perf_counter()
+            out[rows] = embeddings.cpu().numpy()
+            t4 = time.perf_counter()
+            shape = tuple(features["input_ids"].shape)
+            key = bucket(shape[1])
+            for name, seconds in (("tokenize", t1 - t0), ("forward", t2 - t1), ("pool", t3 - t2), ("copy", t4 - t3)):
+                stages[key][name] += seconds
+                stages["all"][name] += seconds
+            stages[key]["batches"] += 1
+            stages[key]["rows"] += shape[0]
+            stages[key]["flops"] += forward_flops(config, *shape)
+            stages["all"]["flops"] += forward_flops(config, *shape)
+    stages["all"]["total"] = time.perf_counter() - start_all
+    return {name: dict(values) for name, values in stages.items()}
+
+
+def st_encode(st: SentenceTransformer, texts: list[str], dtype: str, batch_size: int) -> tuple[float, float]:
+    """Seconds of sentence-transformers' own encode, and its forward FLOPs over its own (char-sorted) batches."""
+    config = st[0].model.config
+    order = np.argsort([-len(t) for t in texts], kind="stable")
+    flops = 0.0
+    for first in range(0, len(texts), batch_size):
+        batch = [texts[i] for i in order[first : first + batch_size]]
+        shape = st.preprocess(batch)["input_ids"].shape
+        flops += forward_flops(config, *shape)
+    start = time.perf_counter()
+    with autocast("cpu", dtype):
+        st.encode(texts, batch_size=batch_size, convert_to_numpy=True)
+    return time.perf_counter() - start, flops
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dataset", default="scifact")
+    parser.add_argument("--docs", type=int, default=1000)
+    parser.add_argument("--st-batch-size", type=int, default=32, help="sentence-transformers' batch size")
+    parser.add_argument("--output", type=Path)
+    args = parser.parse_args()
+    corpus = load_dataset(args.dataset).corpus
+    texts = [doc_text(doc) for doc in corpus.select(range(min(args.docs, len(corpus))))]
+    threads = torch.get_num_threads()
+    result: dict[str, Any] = {
+        "docs": len(texts),
+        "machine": {
+            "processor": platform.processor() or platform.machine(),
+            "cpus": os.cpu_count(),
+            "threads": threads,
+        },
+        "torch": torch.__version__,
+        "rows": {},
+    }
+    st = SentenceTransformer(str(default_model_path()), device="cpu")
+    for dtype, torch_dtype in (("float32", torch.float32), ("bfloat16", torch.bfloat16)):
+        peak = matmul_peak(torch_dtype)
+        result[f"matmul_peak_gflops_{dtype}"] = round(peak, 1)
+        model = load_model(device="cpu", dtype=dtype)
+        model.encode(texts[:32])  # warm-up
+        stages = profile_embedkit(model, texts)
+        every = stages["all"]
+        forward_gflops = every["flops"] / every["forward"] / 1e9
+        result["rows"][f"embedkit-{dtype}"] = {
+            "docs_per_s": round(len(texts) / every["total"], 2),
+            "forward_gflops": round(forward_gflops, 1),
+            "fraction_of_peak_forward": round(forward_gflops / peak, 3),
+            "fraction_of_peak_overall": round(every["flops"] / every["total"] / 1e9 / peak, 3),
+            "stages": {k: {n: round(v, 4) for n, v in s.items()} for k, s in stages.items()},
+        }
+        st.encode(texts[:32], batch_size=args.st_batch_size)  # warm-up
+        seconds, flops = st_encode(st, texts, dtype, args.st_batch_size)
+        result["rows"][f"sentence-transformers-{dtype}"] = {
+            "docs_per_s": round(len(texts) / seconds, 2),
+            "fraction_of_peak_overall": round(flops / seconds / 1e9 / peak, 3),
+            "batch_size": args.st_batch_size,
+        }
+        print(f"{dtype}: torch.mm peak {peak:.1f} GFLOP/s")
+    print(f"\n{len(texts)} {args.dataset} documents, {threads} threads\n")
+    print("| path | docs/s | tokenize s | forward s | pool s | copy s | forward GFLOP/s | of peak: forward | all |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for name, row in result["rows"].items():
+        if "stages" in row:
+            s = row["stages"]["all"]
+            print(
+                f"| {name} | {row['docs_per_s']} | {s['tokenize']:.2f} | {s['forward']:.2f} | {s['pool']:.2f} | "
+                f"{s['copy']:.3f} | {row['forward_gflops']} | {row['fraction_of_peak_forward']:.1%} | "
+                f"{row['fraction_of_peak_overall']:.1%} |"
+            )
+        else:
+            print(f"| {name} | {row['docs_per_s']} | | | | | | | {row['fraction_of_peak_overall']:.1%} |")
+    print("\nBy padded length (embedkit): batches, rows, forward s, forward GFLOP/s")
+    for name, row in result["rows"].items():
+        for key, s in row.get("stages", {}).items():
+            if key != "all":
+                rate = s["flops"] / s["forward"] / 1e9
+                print(
+                    f"  {name} {key}: {int(s['batches'])} batches, {int(s['rows'])} rows, {s['forward']:.2f} s, "
+                    f"{rate:.1f} GFLOP/s"
+                )
+    if args.output:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
