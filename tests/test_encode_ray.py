@@ -142,6 +142,10 @@ def test_ray_flags_are_refused_without_the_ray_executor(tmp_path, slice_corpus):
         "2",
     )
     assert done.returncode == 2 and "--worker-id" in done.stderr
+    done = embedkit(
+        "encode", "--corpus", str(slice_corpus), "-o", str(tmp_path / "e"), "--executor", "ray", "--num-workers", "0"
+    )
+    assert done.returncode == 2 and "--num-workers" in done.stderr and done.stderr.count("\n") == 1
     done = embedkit("encode", "--corpus", str(slice_corpus), "-o", str(tmp_path / "e"), "--executor", "spark")
     assert done.returncode == 2 and "--executor" in done.stderr
     assert not (tmp_path / "e").exists()

@@ -144,6 +144,7 @@ def ray_executor(
         return None
     from embedkit.encode.ray_executor import RayExecutor, RaySettings, import_ray
 
-    settings = RaySettings(address, num_workers or 1, gpus_per_worker, cpus_per_worker).check()
+    workers = 1 if num_workers is None else num_workers  # --num-workers 0 is refused, not read as 1
+    executor = RayExecutor(RaySettings(address, workers, gpus_per_worker, cpus_per_worker))  # checks them
     import_ray()
-    return RayExecutor(settings)
+    return executor
