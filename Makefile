@@ -7,7 +7,7 @@ export TRANSFORMERS_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: demo test test-slow lint bench clean
+.PHONY: demo test test-slow docker-test lint bench clean
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -43,10 +43,15 @@ demo: $(VENV)/.installed
 test: $(VENV)/.installed-dev /usr/bin/chromium /usr/bin/strace
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -m "not slow" -n 2 --dist loadfile --no-loadscope-reorder --durations=15
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -m "not slow and not docker" -n 2 --dist loadfile --no-loadscope-reorder --durations=15
 
 test-slow: $(VENV)/.installed-dev
 	$(BIN)/python -m pytest -m slow
+
+# Builds docker/Dockerfile with podman (installed when missing), runs it on SciFact and checks its nDCG@10, builds
+# docker/Dockerfile.gpu after its base, and removes every image it made (docker/check_images.py; needs root).
+docker-test: $(VENV)/.installed-dev
+	$(BIN)/python -m pytest -m docker tests/test_docker.py -s
 
 bench: $(VENV)/.installed-dev
 	$(BIN)/python benchmarks/encode.py

@@ -5,6 +5,10 @@
     python benchmarks/encode.py --docs 100 --rounds 1 --backends torch,onnx-int8 --no-rss
     python benchmarks/encode.py --st-batch-sizes 32                # no sweep: sentence-transformers at batch 32
     python benchmarks/encode.py --executor ray --docs 1000         # Ray executor vs one process (encode_executors.py)
+    python benchmarks/encode.py --load 2 --backends sentence-transformers-bf16,torch-bf16   # under 2 busy processes
+    python benchmarks/encode.py --texts train-queries --docs all   # short texts: SciFact's 809 training queries
+    python benchmarks/encode.py --max-tokens 64                    # documents cut to 64 word pieces
+    python benchmarks/encode.py --ndcg --static runs/minilm-static --plot benchmarks/encode_speed_ndcg.png
 
 Encoders: sentence-transformers' own ``encode`` in two precisions, ``sentence-transformers`` (fp32: the reference)
 and ``sentence-transformers-bf16`` (inside ``torch.autocast("cpu", bfloat16)``, the autocast embedkit's
@@ -50,6 +54,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import numpy as np
 import torch
+from encode_conditions import TEXT_KINDS, benchmark_texts, cpu_load, plot_speed_vs_ndcg
 from peak_memory import peak_rss_mib
 from sentence_transformers import SentenceTransformer
 
@@ -139,6 +144,34 @@ def _sweep(encoder: StEncoder, texts: list[str], sizes: list[int]) -> dict[str, 
     return rates
 
 
+def _sweeps(names: list[str], encoders: dict[str, Encoder], texts: list[str], sizes: list[int]) -> dict[str, Any]:
+    """Each sentence-transformers row's batch-size sweep (none when one size is given); leaves it at its best."""
+    sweeps: dict[str, Any] = {}
+    for name in names:
+        encoder = encoders[name]
+        if len(sizes) > 1 and isinstance(encoder, StEncoder):
+            rates = _sweep(encoder, texts, sizes)
+            sweeps[name] = {"texts": len(texts), "docs_per_s": rates, "best": encoder.batch_size}
+            print(f"{name} batch sweep on {len(texts)} texts: {rates} docs/s -> batch {encoder.batch_size}")
+    return sweeps
+
+
+def _rounds(
+    names: list[str], encoders: dict[str, Encoder], texts: list[str], rounds: int
+) -> tuple[dict[str, list[float]], dict[str, np.ndarray]]:
+    """Texts/s of every encoder per round, the order rotated each round; and each encoder's last embeddings."""
+    rates: dict[str, list[float]] = {name: [] for name in names}
+    embedded: dict[str, np.ndarray] = {}
+    for round_number in range(rounds):
+        shift = round_number % len(names)
+        for name in names[shift:] + names[:shift]:
+            start = time.perf_counter()
+            embedded[name] = encoders[name](texts)
+            rates[name].append(len(texts) / (time.perf_counter() - start))
+        print(f"round {round_number + 1}: " + ", ".join(f"{n} {rates[n][-1]:.1f}" for n in names) + " texts/s")
+    return rates, embedded
+
+
 def _cosine_stats(a: np.ndarray, b: np.ndarray) -> dict[str, float]:
     cosines = _cosines(a, b)
     return {"min": round(float(cosines.min()), 6), "mean": round(float(cosines.mean()), 6)}
@@ -160,12 +193,6 @@ def child(args: argparse.Namespace) -> None:
     encoders, _ = _encoders([args.child], args.st_sizes[0])
     encoders[args.child](texts)
     print(json.dumps({"rss_before_load_mb": round(before, 1), "peak_rss_mb": round(peak_rss_mib(), 1)}))
-
-
-def _texts(args: argparse.Namespace) -> list[str]:
-    corpus = load_dataset(args.dataset).corpus
-    count = len(corpus) if args.docs == "all" else min(int(args.docs), len(corpus))
-    return [doc_text(doc) for doc in corpus.select(range(count))]
 
 
 def _peak_rss(texts_file: Path, name: str, st_batch_size: int) -> dict[str, float] | None:
@@ -221,6 +248,10 @@ def main() -> None:
     parser.add_argument("--executor", choices=["ray"], help="compare the Ray executor with this process instead")
     parser.add_argument("--shard-size", type=int, default=100, help="with --executor: documents per shard file")
     parser.add_argument("--ray-workers", type=int, default=2, help="with --executor: actors of the widest Ray row")
+    parser.add_argument("--texts", choices=TEXT_KINDS, default="docs", help="what is timed (nDCG stays SciFact's)")
+    parser.add_argument("--max-tokens", type=int, help="cut every timed text to this many word pieces")
+    parser.add_argument("--load", type=int, default=0, help="busy-loop processes running through the timed rounds")
+    parser.add_argument("--plot", type=Path, help="with --ndcg: PNG of docs/s against nDCG@10")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--texts-file", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -230,6 +261,10 @@ def main() -> None:
     if not sizes or not all(size.isdigit() and int(size) > 0 for size in sizes):
         parser.error("--st-batch-sizes takes comma-separated positive numbers")
     args.st_sizes = [int(size) for size in sizes]
+    if args.plot and not args.ndcg:
+        parser.error("--plot draws nDCG@10 against speed: add --ndcg")
+    if args.load < 0 or (args.max_tokens is not None and args.max_tokens < 1):
+        parser.error("--load takes 0 or more processes and --max-tokens a positive number")
     if args.st_sweep_docs < 1:
         parser.error("--st-sweep-docs takes a positive number")
     if args.child:
@@ -248,40 +283,26 @@ def main() -> None:
     unknown = [name for name in names if name not in ST_ROWS and name not in BACKENDS and name != STATIC]
     if unknown:
         parser.error(f"unknown encoders {unknown} (choose from {', '.join([*ST_ROWS, *BACKENDS])})")
-    texts = _texts(args)
+    texts = benchmark_texts(args.dataset, args.texts, args.docs, args.max_tokens)
     try:
         if STATIC in names and args.static is None:
             parser.error("the encoder 'static' needs --static FOLDER")
         encoders, models = _encoders(names, args.st_sizes[0], args.static)
     except EmbedkitError as error:
         sys.exit(f"cannot load an encoder: {error}")
-    sweeps: dict[str, dict[str, Any]] = {}
-    if len(args.st_sizes) > 1:
-        sweep_texts = texts[: args.st_sweep_docs]
-        for name in names:
-            encoder = encoders[name]
-            if isinstance(encoder, StEncoder):
-                rates = _sweep(encoder, sweep_texts, args.st_sizes)
-                sweeps[name] = {"texts": len(sweep_texts), "docs_per_s": rates, "best": encoder.batch_size}
-                print(f"{name} batch sweep on {len(sweep_texts)} texts: {rates} docs/s -> batch {encoder.batch_size}")
     machine = {
         "processor": platform.processor() or platform.machine(),
         "cpus": os.cpu_count(),
         "threads": torch.get_num_threads(),
         "python": platform.python_version(),
         "torch": torch.__version__,
+        "load_processes": args.load,
     }
-    print(f"{len(texts)} {args.dataset} documents, {args.rounds} rounds; {machine}")
-
-    rates: dict[str, list[float]] = {name: [] for name in names}
-    embedded: dict[str, np.ndarray] = {}
-    for round_number in range(args.rounds):
-        shift = round_number % len(names)
-        for name in names[shift:] + names[:shift]:
-            start = time.perf_counter()
-            embedded[name] = encoders[name](texts)
-            rates[name].append(len(texts) / (time.perf_counter() - start))
-        print(f"round {round_number + 1}: " + ", ".join(f"{n} {rates[n][-1]:.1f}" for n in names) + " docs/s")
+    cut = f", cut to {args.max_tokens} word pieces" if args.max_tokens else ""
+    print(f"{len(texts)} {args.dataset} {args.texts}{cut}, {args.rounds} rounds, load {args.load}; {machine}")
+    with cpu_load(args.load, seconds=3600):  # the sweep runs under the load too: the peer at its best size there
+        sweeps = _sweeps(names, encoders, texts[: args.st_sweep_docs], args.st_sizes)
+        rates, embedded = _rounds(names, encoders, texts, args.rounds)
 
     results: dict[str, dict[str, Any]] = {}
     for name in names:
@@ -295,8 +316,10 @@ def main() -> None:
         if peer in embedded:
             row["st_peer"] = peer
             row["ratio_vs_st_same_precision"] = round(median / statistics.median(rates[peer]), 3)
+        same_space = REFERENCE in embedded and embedded[name].shape == embedded[REFERENCE].shape  # static: its own
         if REFERENCE in embedded:
             row["ratio_vs_st_fp32"] = round(median / statistics.median(rates[REFERENCE]), 3)
+        if same_space:
             row["cosine_vs_st_fp32"] = _cosine_stats(embedded[name], embedded[REFERENCE])
         if peer == ST_BF16 and name != ST_BF16 and ST_BF16 in embedded:
             row["cosine_vs_st_bf16"] = _cosine_stats(embedded[name], embedded[ST_BF16])
@@ -316,7 +339,7 @@ def main() -> None:
 
     if args.ndcg:
         data = load_dataset(args.dataset)
-        whole = len(texts) == len(data.corpus)
+        whole = args.texts == "docs" and args.max_tokens is None and len(texts) == len(data.corpus)
         for name in names:
             start = time.perf_counter()
             results[name].update(_ndcg(encoders[name], models.get(name), data, embedded[name] if whole else None))
@@ -352,7 +375,9 @@ def main() -> None:
             args.output,
             {
                 "dataset": args.dataset,
-                "documents": len(texts),
+                "texts": args.texts,
+                "max_tokens": args.max_tokens,
+                "count": len(texts),
                 "machine": machine,
                 "rounds": args.rounds,
                 "st_batch_sizes": args.st_sizes,
@@ -361,6 +386,10 @@ def main() -> None:
             },
         )
         print(f"written to {args.output}")
+    if args.plot:
+        title = f"{args.dataset}: speed on {len(texts)} {args.texts} ({machine['threads']} threads), nDCG@10 on test"
+        plot_speed_vs_ndcg(results, title, args.plot)
+        print(f"plot written to {args.plot}")
 
 
 if __name__ == "__main__":
