@@ -103,7 +103,9 @@ def build_mounts(folder: Path) -> tuple[list[str], dict[str, str]]:
     return mounts, build_args
 
 
-def build(tag: str, dockerfile: Path, mounts: list[str], build_args: dict[str, str]) -> dict[str, float]:
+def build(
+    tag: str, dockerfile: Path, mounts: list[str], build_args: dict[str, str], context: Path = REPO
+) -> dict[str, float]:
     """One ``podman build`` without intermediate images (nothing cached is left behind); its time and size."""
     flags = [flag for key, value in build_args.items() for flag in ("--build-arg", f"{key}={value}")]
     start = time.monotonic()
@@ -119,7 +121,7 @@ def build(tag: str, dockerfile: Path, mounts: list[str], build_args: dict[str, s
         str(dockerfile),
         "-t",
         tag,
-        str(REPO),
+        str(context),
     )
     seconds = time.monotonic() - start
     size = int(run("podman", "image", "inspect", "--format", "{{.Size}}", tag, capture=True).strip())
@@ -180,20 +182,8 @@ def main() -> None:
             tar.wait()
             shutil.rmtree(rootfs)
             mounts, build_args = build_mounts(folder)
-            run(
-                "podman",
-                "build",
-                "--network",
-                "host",
-                "--layers=false",
-                *mounts,
-                "--build-arg",
-                f"DEBIAN={tags['debian']}",
-                "-f",
-                str(PODMAN_DIR / "Containerfile.python-base"),
-                "-t",
-                tags["python"],
-                str(PODMAN_DIR),
+            build(
+                tags["python"], PODMAN_DIR / "Containerfile.python-base", mounts, {"DEBIAN": tags["debian"]}, PODMAN_DIR
             )
             results["base_s"] = round(time.monotonic() - start, 1)
             results["cpu_image"] = build(

@@ -53,7 +53,7 @@ class EmbeddingModel:
         self.device = device
         self.batch_tokens = batch_tokens or (4096 if device == "cpu" else 65536)
         # a budget asked for is kept; the default one grows while other processes take this CPU's cores (LoadBudget).
-        # Only for torch's own kernels: ONNX Runtime's threads park between operators, so the share would mislead.
+        # Only where it was measured to help: torch's own kernels (ONNX Runtime runs its own thread pool).
         self.adaptive_batching = batch_tokens is None and device == "cpu" and backend == "torch"
         self.backend = backend
         self.backend_config = backend_config or {}
