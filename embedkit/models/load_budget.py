@@ -1,9 +1,10 @@
 """A token budget that follows the machine's load: large batches while other processes take the cores.
 
-Measured here (``benchmarks/encode.py --load 2``, RESULTS.md): on an idle machine 4,096-token batches are as fast as
-any, but with two busy processes on the two cores they ran at 0.6-0.8x of sentence-transformers at batch 128, while
-32,768-token batches ran at 1.07x: every torch operator ends at a barrier of all its threads, and a thread that waits
-for a core stalls the others, once per operator, so many small batches lose most. The signal is this process's own
+Measured here (RESULTS.md): on an idle machine 4,096-token batches are as fast as any, but with two busy processes on
+the two cores they ran at 0.59-0.86x of sentence-transformers at batch 128 and 32,768-token batches at 0.89-1.07x
+(500 documents, two runs); ``benchmarks/encode.py --load 2`` went from 0.93x to 1.04x with this budget. Every torch
+operator ends at a barrier of all its threads, and a thread that waits for a core stalls the others, once per
+operator, so many small batches lose most. The signal is this process's own
 CPU share: CPU seconds over wall seconds per thread, near 1 when every thread has a core, near 0.5 when they share.
 """
 
