@@ -16,6 +16,8 @@ chosen recipe's test score is from the best test score: the price of honest sele
 - ``negatives-4``: 4 hard negatives per query, GradCache mini-batches of 16 (the same batch of 32 queries);
 - ``batch-128``: 1 negative, GradCache batch of 128 queries in 32s (more in-batch negatives), lr 6e-5;
 - ``epochs-dev``: the baseline for 3 epochs, scored on dev after each epoch, the best step kept;
+- ``epochs-6-dev``: the same for 6 epochs (epochs-dev's dev curve was still rising at its last epoch);
+- ``hybrid-6-dev``: epochs-6-dev on negatives mined from the hybrid first stage (RRF of dense and BM25 ranks);
 - ``teacher-filtered``: 4 negatives less those the cross-encoder (``--teacher``) scores above 0.95 of the positive;
 - ``distill``: KL to the cross-encoder's scores over the positive and 4 negatives (teacher temperature 1);
 - ``matryoshka``: the baseline with the loss summed over 384/256/128/64 dimensions.
@@ -51,7 +53,7 @@ class Recipe:
     epochs: float = 2.0
     learning_rate: float = 3e-5
     loss: str = "infonce"
-    data: str = "mined"  # mined | filtered | scored
+    data: str = "mined"  # mined | hybrid | filtered | scored
     dev_every: float | None = None  # evaluate on dev every this share of an epoch and keep the best step
     extra: dict = field(default_factory=dict)
 
@@ -62,6 +64,8 @@ RECIPES = {
     "negatives-4": Recipe(negatives=4, mini_batch_size=16),
     "batch-128": Recipe(batch_size=128, mini_batch_size=32, learning_rate=6e-5),
     "epochs-dev": Recipe(epochs=3, dev_every=1.0),
+    "epochs-6-dev": Recipe(epochs=6, dev_every=1.0),
+    "hybrid-6-dev": Recipe(epochs=6, dev_every=1.0, data="hybrid"),
     "teacher-filtered": Recipe(negatives=4, mini_batch_size=16, data="filtered"),
     "distill": Recipe(negatives=4, mini_batch_size=16, loss="distill", data="scored"),
     "matryoshka": Recipe(extra={"matryoshka_dims": [384, 256, 128, 64]}),
@@ -204,8 +208,15 @@ def main() -> None:
         results["mine"] = {"seconds": round(time.perf_counter() - start, 1)}
         results["base"] = score(base, data, cache)
         path.write_text(json.dumps(results, indent=2))
-    files = {"mined": mined}
-    if any(RECIPES[name].data != "mined" for name in args.recipe):
+    files = {"mined": mined, "hybrid": output / "mined-hybrid.jsonl"}
+    if any(RECIPES[name].data == "hybrid" for name in args.recipe) and "mine-hybrid" not in results:
+        base, start = load_model(), time.perf_counter()
+        settings = MiningSettings(split="train", range_min=10, range_max=100, num_negatives=4, candidates="hybrid")
+        records = mine_hard_negatives(base, data, settings, cache_dir=cache)
+        write_mined(files["hybrid"], records, base, data, settings, True)
+        results["mine-hybrid"] = {"seconds": round(time.perf_counter() - start, 1)}
+        path.write_text(json.dumps(results, indent=2))
+    if any(RECIPES[name].data in ("filtered", "scored") for name in args.recipe):
         if not args.teacher:
             parser.error("teacher-filtered and distill need --teacher")
         files |= teacher_files(output, mined, args.teacher)

@@ -274,6 +274,11 @@ CASES: list[tuple[str, Setup, str]] = [
         r"notes\.txt: option '--output': exists and is not an embedkit mined-negatives file",
     ),
     (
+        "mine-unknown-candidates",
+        lambda w, a: ["mine", "-d", str(a["data"]), "-o", "mined.jsonl", "--candidates", "bm25"],
+        r"option '--candidates': unknown value 'bm25' \(choose from dense, hybrid\)",
+    ),
+    (
         "train-into-user-folder",
         lambda w, a: (thesis(w), ["train", "-d", str(a["data"]), "-o", "thesis", "--max-steps", "1"])[1],
         r"thesis: option '--output': holds files embedkit did not write",

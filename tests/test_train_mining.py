@@ -79,3 +79,49 @@ def test_written_file_is_training_data_with_settings(mined, default_model, scifa
 def test_empty_window_is_refused(default_model, scifact):
     with pytest.raises(EmbedkitError, match="rank window 50-10 is empty"):
         mine_hard_negatives(default_model, scifact, MiningSettings(range_min=50, range_max=10))
+
+
+def test_hybrid_candidates_mix_bm25_into_the_window(default_model, scifact, scifact_embeddings):
+    """``candidates="hybrid"``: ranks are the RRF of the dense and the BM25 top ``range_max``; a candidate only BM25
+    found is scored by the model (its cosine, as the guard needs), and the guard and qrels still hold."""
+    import numpy as np
+
+    from embedkit.search import Dense, DenseRetrieval
+    from embedkit.search.bm25 import bm25_searcher
+
+    settings = MiningSettings(range_min=1, range_max=30, num_negatives=30, relative_margin=0.0, sampling="top")
+    records = mine_hard_negatives(
+        default_model, scifact, MiningSettings(**{**settings.__dict__, "candidates": "hybrid"}), cache_dir=TEST_CACHE
+    )
+    # every train query, in mining's order, so that the query vectors are bit-identical (same batches)
+    queries = {q: scifact.queries[q] for q in scifact.qrels("train")}
+    dense = DenseRetrieval(default_model, Dense(), TEST_CACHE).search(scifact, queries, 30)
+    lexical = bm25_searcher(scifact).search(queries, 30)
+    query_ids = sorted(queries)[:40]
+    bm25_only = []
+    for record in (r for r in records if r["query_id"] in query_ids):
+        query_id = record["query_id"]
+        fused: dict[str, float] = {}
+        for run in (dense[query_id], lexical[query_id]):
+            for rank, doc_id in enumerate(sorted(run, key=lambda d: (run[d], d), reverse=True), start=1):
+                fused[doc_id] = fused.get(doc_id, 0.0) + 1 / (60 + rank)
+        rank_of = {d: i for i, d in enumerate(sorted(fused, key=lambda d: (-fused[d], d))[:30], start=1)}
+        assert record["negative_ranks"] == [rank_of[d] for d in record["negative_ids"]]
+        positives = {d for d, grade in scifact.qrels("train")[query_id].items() if grade > 0}
+        assert not set(record["negative_ids"]) & positives
+        assert all(score < record["positive_score"] for score in record["negative_scores"])
+        bm25_only += [
+            (record["query"], text, score)
+            for d, text, score in zip(record["negative_ids"], record["negatives"], record["negative_scores"])
+            if d not in dense[query_id]
+        ]
+    assert len(bm25_only) >= 10, "hybrid mining should bring in candidates the dense top 30 lacks"
+    query_vectors = default_model.encode_queries([query for query, _, _ in bm25_only[:10]])
+    document_vectors = default_model.encode_corpus([{"title": "", "text": text} for _, text, _ in bm25_only[:10]])
+    cosines = np.einsum("ij,ij->i", query_vectors, document_vectors)
+    assert np.allclose(cosines, [score for _, _, score in bm25_only[:10]], atol=2e-3)
+
+
+def test_unknown_candidates_are_refused(default_model, scifact):
+    with pytest.raises(EmbedkitError, match="unknown candidates 'bm25'"):
+        mine_hard_negatives(default_model, scifact, MiningSettings(candidates="bm25"), cache_dir=TEST_CACHE)

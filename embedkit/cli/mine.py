@@ -24,6 +24,9 @@ def mine(
     sampling: Annotated[str, typer.Option(help="random | top, within the window.")] = "random",
     seed: Annotated[int, typer.Option(help="Seed of the random sampling.")] = 0,
     factory: Annotated[str, typer.Option(help="FAISS index_factory string searched.")] = "Flat",
+    candidates: Annotated[
+        str, typer.Option(help="dense | hybrid: rank by the model alone, or by RRF of it and BM25 (bm25s).")
+    ] = "dense",
     teacher: Annotated[
         Optional[str],
         typer.Option(help="Cross-encoder that scores each positive and negative (the 'scores' distill reads)."),
@@ -72,19 +75,21 @@ def mine(
     from embedkit.data.beir import load_dataset
     from embedkit.train.mining import MiningSettings, mine_hard_negatives, write_mined
 
+    opt.one_of(candidates, ("dense", "hybrid"), "--candidates")
     settings = MiningSettings(
-        split,
-        range_min,
-        range_max,
-        num_negatives,
-        margin,
-        relative_margin,
-        sampling,
-        seed,
-        factory,
-        teacher,
-        max_teacher_ratio,
-        teacher_max_length,
+        split=split,
+        range_min=range_min,
+        range_max=range_max,
+        num_negatives=num_negatives,
+        margin=margin,
+        relative_margin=relative_margin,
+        sampling=sampling,
+        seed=seed,
+        factory=factory,
+        candidates=candidates,
+        teacher=teacher,
+        max_teacher_ratio=max_teacher_ratio,
+        teacher_max_length=teacher_max_length,
     )
     settings.check()
     if teacher is not None:

@@ -2,6 +2,10 @@
 window that are neither judged relevant nor scored too close to the positive (the false-negative guard of
 RocketQA, Qu et al., 2021, and NV-Retriever's positive-aware mining, Moreira et al., 2024).
 
+``candidates="hybrid"`` ranks by reciprocal-rank fusion of the dense and a BM25 (bm25s) top ``range_max``, as
+RocketQA and Tevatron's BM25 negatives mix lexical and dense candidates; the guard still compares the model's own
+scores, so a BM25-only candidate is scored from its stored vector.
+
 sentence-transformers' ``mine_hard_negatives`` matches positives by text and re-encodes the corpus; embedkit's
 works on qrels ids, reuses the cached corpus embeddings and the FAISS index, and records its settings.
 """
@@ -18,9 +22,13 @@ from embedkit.data.beir import BeirDataset, doc_text
 from embedkit.encode.executor import ShardExecutor
 from embedkit.errors import EmbedkitError
 from embedkit.models.embedding_model import EmbeddingModel
+from embedkit.search.bm25 import bm25_searcher
 from embedkit.search.dense import DenseRetrieval
+from embedkit.search.fusion import reciprocal_rank_fusion
 from embedkit.search.retriever import Dense
 from embedkit.train.mined import MINED_FORMAT, write_mined_file
+
+CANDIDATES = ("dense", "hybrid")
 
 
 @dataclass
@@ -34,6 +42,7 @@ class MiningSettings:
     sampling: str = "random"
     seed: int = 0
     factory: str = "Flat"
+    candidates: str = "dense"  # dense | hybrid (dense and BM25 fused by reciprocal rank)
     teacher: str | None = None  # a cross-encoder that scores every (query, positive) and (query, negative)
     max_teacher_ratio: float | None = None  # drop a negative the teacher scores above this share of the positive
     teacher_max_length: int | None = None
@@ -43,6 +52,8 @@ class MiningSettings:
             raise EmbedkitError(f"the rank window {self.range_min}-{self.range_max} is empty", field="range")
         if self.sampling not in ("random", "top"):
             raise EmbedkitError(f"unknown sampling '{self.sampling}' (random | top)", field="sampling")
+        if self.candidates not in CANDIDATES:
+            raise EmbedkitError(f"unknown candidates '{self.candidates}' (dense | hybrid)", field="candidates")
         if self.max_teacher_ratio is not None and not self.teacher:
             raise EmbedkitError("filtering by the teacher needs a teacher (--teacher)", field="max_teacher_ratio")
         if self.max_teacher_ratio is not None and not 0 < self.max_teacher_ratio <= 1:
@@ -69,17 +80,29 @@ def mine_hard_negatives(
     query_ids = list(qrels)
     query_vectors = model.encode_queries([dataset.queries[q] for q in query_ids])
     scores, hits = index.search(query_vectors, settings.range_max)
+    dense_scores = {q: dict(zip(ids, map(float, values))) for q, ids, values in zip(query_ids, hits, scores)}
+    ranked = dense_scores
+    if settings.candidates == "hybrid":
+        lexical = bm25_searcher(dataset).search({q: dataset.queries[q] for q in query_ids}, settings.range_max)
+        ranked = reciprocal_rank_fusion([ranked, lexical], depth=settings.range_max, k=settings.range_max)
     corpus = dataset.corpus
     rng = np.random.default_rng(settings.seed)
     records = []
-    for query_id, query_vector, row_scores, row_hits in zip(query_ids, query_vectors, scores, hits):
+    for query_id, query_vector in zip(query_ids, query_vectors):
         relevant = {doc for doc, grade in qrels[query_id].items() if grade > 0}
+        candidates = list(ranked.get(query_id, {}))
+        candidate_scores = [dense_scores[query_id].get(doc_id) for doc_id in candidates]
+        missing = [i for i, value in enumerate(candidate_scores) if value is None]
+        if missing:  # BM25-only candidates: the model's score from the stored vectors
+            rows = np.array([row_of[candidates[i]] for i in missing])
+            for i, value in zip(missing, index.vectors.gather(rows) @ query_vector):
+                candidate_scores[i] = float(value)
         for positive_id in sorted(relevant):
             positive_score = float(query_vector @ index.vectors.gather(np.array([row_of[positive_id]]))[0])
             ceiling = min(positive_score - settings.margin, positive_score * (1 - settings.relative_margin))
             window = [
-                (rank, doc_id, float(score))
-                for rank, (doc_id, score) in enumerate(zip(row_hits, row_scores), start=1)
+                (rank, doc_id, score)
+                for rank, (doc_id, score) in enumerate(zip(candidates, candidate_scores), start=1)
                 if settings.range_min <= rank <= settings.range_max and doc_id not in relevant and score < ceiling
             ]
             if settings.sampling == "random" and len(window) > settings.num_negatives:
