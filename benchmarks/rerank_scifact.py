@@ -9,6 +9,9 @@ Steps, each timed and recorded in ``OUTPUT/result.json`` (a finished step is not
 3. retrieve the test queries' top 1000 with dense (the default model), BM25 (bm25s) and hybrid (RRF);
 4. rerank each run's top ``--depth`` with the cross-encoder (one scorer: a pair shared by two runs is scored once)
    and score every run before and after with embedkit's metrics.
+5. choose ``first_stage_weight`` (w: ``(1 - w) min-max(logit) + w min-max(first-stage score)``) for each first
+   stage on the reranker's own dev queries (their top 1000 from the same retrievers, w in 0, 0.1, ..., 1), then
+   rerank the test runs with the chosen w.
 Test queries are used for nothing but the final scores. The criterion, fixed before the run: the reranker must
 raise the dense first stage's nDCG@10; what it does to BM25 and hybrid is recorded whichever way it falls.
 """
@@ -20,6 +23,7 @@ import json
 import os
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -32,6 +36,7 @@ from embedkit.search import Dense, DenseRetrieval, bm25_searcher, fuse
 from embedkit.train import MiningSettings, TrainConfig, mine_hard_negatives, train, write_mined
 
 METRICS = ("ndcg_at_10", "recall_at_100", "mrr_at_10")
+WEIGHTS = [round(0.1 * i, 1) for i in range(11)]
 
 
 def toy_dataset(output: Path) -> Path:
@@ -114,13 +119,12 @@ def main() -> None:
     steps.run("train_reranker", fit)
     queries, qrels = data.split_queries("test"), data.qrels("test")
 
-    def first_stages() -> dict:
+    def retrieve(queries: dict[str, str]) -> dict:
         dense = DenseRetrieval(base, Dense(), cache).search(data, queries, 1000)
         bm25 = bm25_searcher(data).search(queries, 1000)
-        hybrid = fuse([dense, bm25], "rrf", k=1000)
-        return {"runs": {"dense": dense, "bm25": bm25, "hybrid": hybrid}}
+        return {"dense": dense, "bm25": bm25, "hybrid": fuse([dense, bm25], "rrf", k=1000)}
 
-    runs = steps.run("first_stages", first_stages)["runs"]
+    runs = steps.run("first_stages", lambda: {"runs": retrieve(queries)})["runs"]
     settings = RerankSettings(str(output / "reranker"), args.depth, max_length=config.max_length, dtype=args.dtype)
     reranker = None
     for name, run in runs.items():
@@ -138,6 +142,34 @@ def main() -> None:
             }
 
         steps.run(f"rerank_{name}", rerank_one)
+
+    def interpolate() -> dict:
+        """w per first stage, chosen on the reranker's dev queries; then the test runs reranked with it."""
+        nonlocal reranker
+        reranker = reranker or CrossEncoderReranker(settings)
+        record = json.loads((output / "reranker" / "embedkit_training.json").read_text())
+        dev_ids = record["dev_queries"]
+        dev_qrels = {q: judged for q, judged in data.qrels("train").items() if q in set(dev_ids)}
+        dev_runs = retrieve({q: data.queries[q] for q in dev_ids})
+        chosen = {}
+        for name, run in dev_runs.items():
+            curve = {}
+            for weight in WEIGHTS:
+                reranker.settings = replace(settings, first_stage_weight=weight)
+                curve[str(weight)] = compute_metrics(dev_qrels, rerank_run(reranker, run, data))[0]["ndcg_at_10"]
+            best = max(WEIGHTS, key=lambda w: curve[str(w)])
+            reranker.settings = replace(settings, first_stage_weight=best)
+            after = compute_metrics(qrels, rerank_run(reranker, runs[name], data))[0]
+            chosen[name] = {
+                "dev_curve": curve,
+                "weight": best,
+                "dev_first_stage": compute_metrics(dev_qrels, run)[0]["ndcg_at_10"],
+                "before": {m: compute_metrics(qrels, runs[name])[0][m] for m in METRICS},
+                "after": {m: after[m] for m in METRICS},
+            }
+        return {"stages": chosen, "dev_queries": len(dev_ids), "pairs_scored": reranker.pairs_scored}
+
+    steps.run("first_stage_weight", interpolate)
     print(table(steps.results))
 
 
@@ -156,6 +188,14 @@ def table(results: dict) -> str:
             f"{after['ndcg_at_10'] - before['ndcg_at_10']:+.4f} | {before['recall_at_100']:.4f} | "
             f"{after['recall_at_100']:.4f} | {row['pairs_scored']} | {row['seconds']:.0f} |"
         )
+    fused = results.get("first_stage_weight", {}).get("stages", {})
+    if fused:
+        lines += ["", "| first stage | w chosen on dev | dev nDCG@10 at w | test before | test after | change |"]
+        lines.append("| --- | --- | --- | --- | --- | --- |")
+    for name, row in fused.items():
+        before, after = row["before"]["ndcg_at_10"], row["after"]["ndcg_at_10"]
+        dev = row["dev_curve"][str(row["weight"])]
+        lines.append(f"| {name} | {row['weight']} | {dev:.4f} | {before:.4f} | {after:.4f} | {after - before:+.4f} |")
     return "\n".join(lines)
 
 

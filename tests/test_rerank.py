@@ -105,6 +105,36 @@ def test_rerank_cli_scores_are_cross_encoder_predict(
     assert meta["reranker"]["depth"] == 10 and meta["pairs_scored"] == 200 and meta["queries"] == 20
 
 
+def test_first_stage_weight_interpolates_min_max_scores(
+    cross_encoder, predict, dense_run, slice_data, train_slice, tmp_path
+):
+    """``--first-stage-weight 0.3``: each re-scored hit carries 0.7 x min-max(logit) + 0.3 x min-max(first-stage
+    score) over its query's top ``depth``, computed here from ``CrossEncoder.predict``; the tail keeps its order."""
+    output = tmp_path / "fused.trec"
+    args = ["--dataset", train_slice, "--model", cross_encoder, "-o", output, "--depth", 10]
+    result = embedkit("rerank", "--run", dense_run, *args, "--first-stage-weight", 0.3)
+    assert result.returncode == 0, result.stderr
+    first, fused = read_run(dense_run), read_run(output)
+    queries = slice_data.split_queries("test")
+    moved = 0
+    for query_id, hits in first.items():
+        top = sorted(hits, key=hits.get, reverse=True)[:10]
+        logits = predict([(queries[query_id], slice_data.documents([d])[d]) for d in top], torch.nn.Identity)
+
+        def scaled(values):
+            values = np.asarray(values, dtype=np.float64)
+            return (values - values.min()) / (values.max() - values.min())
+
+        expected = 0.7 * scaled(logits) + 0.3 * scaled([hits[d] for d in top])
+        assert [fused[query_id][d] for d in top] == pytest.approx(expected.tolist(), abs=1e-5)
+        order = sorted(fused[query_id], key=fused[query_id].get, reverse=True)
+        assert order[10:] == sorted(hits, key=hits.get, reverse=True)[10:]
+        moved += order[:10] != top and order[:10] != [top[i] for i in np.argsort(-logits, kind="stable")]
+    meta = json.loads(output.with_name("fused.trec.meta.json").read_text())
+    assert meta["reranker"]["first_stage_weight"] == 0.3
+    assert moved > 0, "the interpolated order should differ from both the first stage's and the logits' on some query"
+
+
 def test_evaluate_reranks_bm25_and_reports_both_stages(cross_encoder, slice_data, train_slice, tmp_path):
     """``evaluate --reranker`` over BM25: the final metrics are those of the library's ``rerank`` of the same BM25 run
     (pytrec_eval-exact), the first stage's metrics are kept beside them, and the reranker's settings recorded."""
@@ -132,7 +162,14 @@ def _run_with_unknown_doc(path):
 
 @pytest.mark.parametrize(
     "case",
-    ["bi-encoder as reranker", "unknown document", "output not a run", "depth without reranker", "depth zero"],
+    [
+        "bi-encoder as reranker",
+        "unknown document",
+        "output not a run",
+        "depth without reranker",
+        "depth zero",
+        "weight above one",
+    ],
 )
 def test_rerank_refusals_are_one_line(case, cross_encoder, dense_run, train_slice, tmp_path):
     """Bad input gets one line naming the flag or the file and line, and exit 2; nothing is written."""
@@ -151,6 +188,9 @@ def test_rerank_refusals_are_one_line(case, cross_encoder, dense_run, train_slic
         args, needle = ["rerank", "--run", dense_run, "--model", cross_encoder, *common], "out.trec"
     elif case == "depth without reranker":
         args, needle = ["evaluate", "--dataset", train_slice, "--rerank-depth", 5, "-o", tmp_path], "--rerank-depth"
+    elif case == "weight above one":
+        args = ["evaluate", "--dataset", train_slice, "--reranker", cross_encoder, "--rerank-first-stage-weight", 1.5]
+        args, needle = [*args, "-o", tmp_path], "--rerank-first-stage-weight"
     else:
         args, needle = ["rerank", "--run", dense_run, "--model", cross_encoder, *common, "--depth", 0], "--depth"
     result = embedkit(*args)

@@ -59,6 +59,9 @@ def evaluate(
     rerank_depth: Annotated[Optional[int], typer.Option(help="Hits per query reranked. [default: 100]")] = None,
     rerank_batch_size: Annotated[Optional[int], typer.Option(help="Pairs per forward pass. [default: 32]")] = None,
     rerank_max_length: Annotated[Optional[int], typer.Option(help="Tokens per (query, document) pair.")] = None,
+    rerank_first_stage_weight: Annotated[
+        Optional[float], typer.Option(help="Interpolate min-max logits with the first stage's scores. [default: 0]")
+    ] = None,
     rerank_dtype: Annotated[
         Optional[str], typer.Option(help="float32 | bfloat16 | float16 for the reranker. [default: float32]")
     ] = None,
@@ -109,7 +112,9 @@ def evaluate(
         opt.refuse_unused({"--fusion-weights": fusion_weights}, "with rrf fusion (weights are for interpolation)")
     if harness == "mteb" and retriever != "dense":
         raise EmbedkitError(f"the mteb harness runs dense retrieval, not {retriever}", field="--harness")
-    reranking = rerank_settings(reranker, rerank_depth, rerank_batch_size, rerank_max_length, rerank_dtype)
+    reranking = rerank_settings(
+        reranker, rerank_depth, rerank_batch_size, rerank_max_length, rerank_dtype, rerank_first_stage_weight
+    )
     if harness == "mteb" and reranking is not None:
         raise EmbedkitError("the mteb harness scores a first stage only; rerank with embedkit's", field="--harness")
     options.check()  # after the refusals above: a model flag given to BM25 is refused as unused, not resolved
@@ -159,10 +164,20 @@ def spec_from_flags(
 
 
 def rerank_settings(
-    model: str | None, depth: int | None, batch_size: int | None, max_length: int | None, dtype: str | None
+    model: str | None,
+    depth: int | None,
+    batch_size: int | None,
+    max_length: int | None,
+    dtype: str | None,
+    first_stage_weight: float | None = None,
 ) -> Any:
     """The reranking stage the flags describe (None without --reranker), checked before torch loads."""
-    flags = {"--rerank-depth": depth, "--rerank-batch-size": batch_size, "--rerank-max-length": max_length}
+    flags = {
+        "--rerank-depth": depth,
+        "--rerank-batch-size": batch_size,
+        "--rerank-max-length": max_length,
+        "--rerank-first-stage-weight": first_stage_weight,
+    }
     if model is None:
         opt.refuse_unused({**flags, "--rerank-dtype": dtype}, "without --reranker")
         return None

@@ -30,6 +30,9 @@ def rerank(
     depth: Annotated[int, typer.Option(help="Hits per query re-scored; the rest keep their order below them.")] = 100,
     batch_size: Annotated[int, typer.Option(help="Pairs per forward pass (sorted by length).")] = 32,
     max_length: Annotated[Optional[int], typer.Option(help="Tokens per (query, document) pair.")] = None,
+    first_stage_weight: Annotated[
+        float, typer.Option(help="w: score (1-w) min-max(logit) + w min-max(first stage); choose w on a dev set.")
+    ] = 0.0,
     dtype: opt.Dtype = None,
     device: opt.Device = None,
     data_dir: opt.DataDir = None,
@@ -43,7 +46,9 @@ def rerank(
     from embedkit.outputs import check_output_file
     from embedkit.reranking.settings import RerankSettings, resolve_cross_encoder
 
-    settings = RerankSettings(model, depth, batch_size, max_length, dtype or "float32", device).check("--")
+    settings = RerankSettings(
+        model, depth, batch_size, max_length, dtype or "float32", device, first_stage_weight
+    ).check("--")
     opt.ModelOptions(dtype=dtype, device=device).check()
     resolve_cross_encoder(model, "--model")
     meta = output.with_name(output.name + ".meta.json")

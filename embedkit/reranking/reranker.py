@@ -25,6 +25,7 @@ from embedkit.models.device import autocast, pick_device
 from embedkit.models.reference import weights_sha256
 from embedkit.protocols import Run
 from embedkit.reranking.settings import RerankSettings, resolve_cross_encoder
+from embedkit.search.fusion import min_max
 
 
 def keep_head_in_float32(model: nn.Module) -> None:
@@ -93,7 +94,8 @@ class CrossEncoderReranker:
         """``run`` with each query's top ``depth`` hits re-scored and re-ordered, and the rest kept below them.
 
         A kept hit's score becomes ``lowest re-scored score - its position below the cut``, so the run's order (as
-        trec_eval reads it) is the re-scored hits by score, then the others in their first-stage order.
+        trec_eval reads it) is the re-scored hits by score, then the others in their first-stage order. With a
+        ``first_stage_weight`` the re-scored hits carry the interpolated score instead of the logit.
         """
         heads = {query_id: [doc for doc, _ in ranked(hits)[: self.settings.depth]] for query_id, hits in run.items()}
         missing = sorted(query_id for query_id in run if query_id not in queries)
@@ -105,10 +107,18 @@ class CrossEncoderReranker:
         reranked: Run = {}
         for query_id, hits in run.items():
             head = {doc: self.scores[(query_id, doc)] for doc in heads[query_id]}
+            if self.settings.first_stage_weight:
+                head = interpolated(head, {doc: hits[doc] for doc in head}, self.settings.first_stage_weight)
             floor = min(head.values(), default=0.0)
             tail = [doc for doc, _ in ranked(hits)[self.settings.depth :]]
             reranked[query_id] = {**head, **{doc: floor - position for position, doc in enumerate(tail, start=1)}}
         return reranked
+
+
+def interpolated(logits: dict[str, float], first_stage: dict[str, float], weight: float) -> dict[str, float]:
+    """``(1 - weight) * min-max(logits) + weight * min-max(first-stage scores)`` for one query's re-scored hits."""
+    model, first = min_max(list(logits.items())), min_max(list(first_stage.items()))
+    return {doc: (1 - weight) * model[doc] + weight * first[doc] for doc in logits}
 
 
 def rerank_run(reranker: CrossEncoderReranker, run: Run, dataset: BeirDataset, source: str | Path | None = None) -> Run:

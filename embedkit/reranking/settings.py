@@ -17,6 +17,9 @@ class RerankSettings:
 
     Scores are the model's raw logits (no sigmoid): a sigmoid rounds strong scores to exactly 1.0 in float32, which
     would tie them. ``max_length`` caps the query-and-document pair in tokens (default: the model's own).
+    ``first_stage_weight`` w > 0 scores a hit ``(1 - w) * min-max(logit) + w * min-max(first-stage score)`` within
+    each query's top ``depth`` (pyserini's rule for fusing scores on different scales): a reranker weaker than its
+    first stage on some queries can still add to it, with w chosen on a dev set.
     """
 
     model: str
@@ -25,6 +28,7 @@ class RerankSettings:
     max_length: int | None = None
     dtype: str = "float32"  # float32 | bfloat16 | float16 (autocast; scores are upcast to float32)
     device: str | None = None
+    first_stage_weight: float = 0.0
 
     def check(self, prefix: str = "") -> RerankSettings:
         """Refuses a bad setting naming it with ``prefix`` (``--`` names the CLI flag, ``rerank_`` evaluate's)."""
@@ -35,6 +39,9 @@ class RerankSettings:
             if value is not None and value < 1:
                 flag = name.replace("_", "-") if prefix.startswith("-") else name
                 raise EmbedkitError(f"must be at least 1, not {value}", field=f"{prefix}{flag}")
+        if not 0 <= self.first_stage_weight <= 1:
+            flag = "first-stage-weight" if prefix.startswith("-") else "first_stage_weight"
+            raise EmbedkitError(f"must be in [0, 1], not {self.first_stage_weight}", field=f"{prefix}{flag}")
         if self.dtype not in DTYPE_NAMES:
             raise EmbedkitError(f"unknown dtype '{self.dtype}' ({' | '.join(DTYPE_NAMES)})", field=f"{prefix}dtype")
         return self
