@@ -153,6 +153,6 @@ def _first_line(source: str | Path | None, column: int, value: str) -> int | Non
 
 def rerank(run: Run, dataset: BeirDataset | str | Path, model: str, depth: int = 100, **settings: Any) -> Run:
     """One-call reranking: ``embedkit.rerank(run, "scifact", "path/to/cross-encoder", depth=100)``; ``settings``
-    are ``RerankSettings``' other fields (batch_size, max_length, dtype, device)."""
+    are ``RerankSettings``' other fields (batch_size, max_length, dtype, device, first_stage_weight)."""
     data = dataset if isinstance(dataset, BeirDataset) else load_dataset(dataset)
     return rerank_run(CrossEncoderReranker(RerankSettings(str(model), depth, **settings)), run, data)
