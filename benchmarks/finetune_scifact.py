@@ -200,26 +200,22 @@ def main() -> None:
         return
     folder, cache = dev_split_folder(output), output / "cache"
     data = load_dataset(folder)
-    mined = output / "mined.jsonl"
-    if "mine" not in results:
+    files = {"mined": output / "mined.jsonl", "hybrid": output / "mined-hybrid.jsonl"}
+    hybrid_wanted = any(RECIPES[name].data == "hybrid" for name in args.recipe)
+    for step, key, candidates in (("mine", "mined", "dense"), ("mine-hybrid", "hybrid", "hybrid")):
+        if step in results or (key == "hybrid" and not hybrid_wanted):
+            continue
         base, start = load_model(), time.perf_counter()
-        settings = MiningSettings(split="train", range_min=10, range_max=100, num_negatives=4)
-        write_mined(mined, mine_hard_negatives(base, data, settings, cache_dir=cache), base, data, settings, True)
-        results["mine"] = {"seconds": round(time.perf_counter() - start, 1)}
-        results["base"] = score(base, data, cache)
-        path.write_text(json.dumps(results, indent=2))
-    files = {"mined": mined, "hybrid": output / "mined-hybrid.jsonl"}
-    if any(RECIPES[name].data == "hybrid" for name in args.recipe) and "mine-hybrid" not in results:
-        base, start = load_model(), time.perf_counter()
-        settings = MiningSettings(split="train", range_min=10, range_max=100, num_negatives=4, candidates="hybrid")
-        records = mine_hard_negatives(base, data, settings, cache_dir=cache)
-        write_mined(files["hybrid"], records, base, data, settings, True)
-        results["mine-hybrid"] = {"seconds": round(time.perf_counter() - start, 1)}
+        settings = MiningSettings("train", 10, 100, num_negatives=4, candidates=candidates)
+        write_mined(files[key], mine_hard_negatives(base, data, settings, cache_dir=cache), base, data, settings, True)
+        results[step] = {"seconds": round(time.perf_counter() - start, 1)}
+        if key == "mined":
+            results["base"] = score(base, data, cache)
         path.write_text(json.dumps(results, indent=2))
     if any(RECIPES[name].data in ("filtered", "scored") for name in args.recipe):
         if not args.teacher:
             parser.error("teacher-filtered and distill need --teacher")
-        files |= teacher_files(output, mined, args.teacher)
+        files |= teacher_files(output, files["mined"], args.teacher)
     for name in args.recipe:
         if name not in results:
             results[name] = run_recipe(name, output, folder, files, cache)

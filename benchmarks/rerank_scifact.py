@@ -119,9 +119,13 @@ def main() -> None:
     steps.run("train_reranker", fit)
     queries, qrels = data.split_queries("test"), data.qrels("test")
 
+    lexical = None
+
     def retrieve(queries: dict[str, str]) -> dict:
+        nonlocal lexical
+        lexical = lexical or bm25_searcher(data)  # indexed once for test and dev queries
         dense = DenseRetrieval(base, Dense(), cache).search(data, queries, 1000)
-        bm25 = bm25_searcher(data).search(queries, 1000)
+        bm25 = lexical.search(queries, 1000)
         return {"dense": dense, "bm25": bm25, "hybrid": fuse([dense, bm25], "rrf", k=1000)}
 
     runs = steps.run("first_stages", lambda: {"runs": retrieve(queries)})["runs"]
@@ -148,9 +152,9 @@ def main() -> None:
         nonlocal reranker
         reranker = reranker or CrossEncoderReranker(settings)
         record = json.loads((output / "reranker" / "embedkit_training.json").read_text())
-        dev_ids = record["dev_queries"]
-        dev_qrels = {q: judged for q, judged in data.qrels("train").items() if q in set(dev_ids)}
-        dev_runs = retrieve({q: data.queries[q] for q in dev_ids})
+        dev_ids = set(record["dev_queries"])
+        dev_qrels = {q: judged for q, judged in data.qrels("train").items() if q in dev_ids}
+        dev_runs = retrieve({q: data.queries[q] for q in sorted(dev_ids)})
         chosen = {}
         for name, run in dev_runs.items():
             curve = {}
@@ -164,7 +168,7 @@ def main() -> None:
                 "dev_curve": curve,
                 "weight": best,
                 "dev_first_stage": compute_metrics(dev_qrels, run)[0]["ndcg_at_10"],
-                "before": {m: compute_metrics(qrels, runs[name])[0][m] for m in METRICS},
+                "before": steps.results[f"rerank_{name}"]["before"],
                 "after": {m: after[m] for m in METRICS},
             }
         return {"stages": chosen, "dev_queries": len(dev_ids), "pairs_scored": reranker.pairs_scored}
