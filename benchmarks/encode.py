@@ -11,8 +11,9 @@
     python benchmarks/encode.py --ndcg --static runs/minilm-static --plot benchmarks/encode_speed_ndcg.png
 
 Encoders: sentence-transformers' own ``encode`` in two precisions, ``sentence-transformers`` (fp32: the reference)
-and ``sentence-transformers-bf16`` (inside ``torch.autocast("cpu", bfloat16)``, the autocast embedkit's
-``dtype="bfloat16"`` uses; output as float32), and embedkit's ``torch`` (fp32), ``torch-bf16`` (bfloat16 autocast),
+and ``sentence-transformers-bf16`` (inside ``torch.autocast("cpu", bfloat16)``; output as float32), and embedkit's
+``torch`` (fp32), ``torch-bf16`` (``dtype="bfloat16"``: on a CPU with bf16 instructions ``models/cpu_bfloat16.py``,
+elsewhere the same autocast),
 ``torch-int8``, ``onnx`` and ``onnx-int8`` (``load_model(backend=...)``; these three compute in float32).
 
 sentence-transformers runs at its best batch size, not a fixed one: before the timed rounds each of its rows encodes

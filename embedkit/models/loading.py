@@ -131,7 +131,7 @@ def load_model(
             del model[position]  # in place: the model keeps its prompts and settings
     if max_length is not None:
         model.max_seq_length = max_length
-    backend_config = apply_backend(model, backend)
+    backend_config = apply_backend(model, backend, dtype, device)
     prompts = getattr(model, "prompts", {}) or {}
     return EmbeddingModel(
         model,

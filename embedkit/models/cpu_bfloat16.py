@@ -1,0 +1,218 @@
+"""bfloat16 inference on a CPU with bf16 matrix instructions: what ``load_model(dtype="bfloat16")`` runs there.
+
+Under plain ``torch.autocast`` a MiniLM forward on this project's AVX-512 CPU spent a third of its time in
+``scaled_dot_product_attention`` (about 80 GFLOP/s on 32-wide heads), and every ``nn.Linear`` re-read its weight in
+torch's layout and wrote its output before a separate GELU pass (``benchmarks/encode_profile.py``). Inference only:
+
+- every ``nn.Linear`` of the network keeps its weight once in oneDNN's blocked bf16 layout and runs through
+  ``torch.ops.mkldnn._linear_pointwise`` (the kernel torch's own inductor uses on the CPU): an exact GELU after a
+  feed-forward's first linear is fused into it, and an attention block's query, key and value projections run as one
+  product. The products equal autocast's bf16 linears; only the fused GELU skips one rounding.
+- encoder attention (not causal, one key per query head) runs a block of sequences at a time so the bf16 score
+  block stays in the cache: bf16 ``q·kᵀ`` (as autocast's eager attention), the softmax accumulated in fp32 and rounded
+  once, bf16 ``p·v``; the padding mask is applied only to blocks that have padding.
+
+Layer norms and the residual stream stay float32, as under autocast (cosine to sentence-transformers under autocast
+≥ 0.99997 on SciFact). With gradients enabled or in training mode both fall back to the untouched arithmetic
+(``nn.Linear``'s own ``forward``, transformers' SDPA), so training, saving and ``state_dict`` see the ordinary model.
+``benchmarks/encode.py`` measures the speed; ``tests/test_cpu_bfloat16.py`` the agreement and the fallbacks.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import torch
+from torch import nn
+from transformers import AttentionInterface
+from transformers.activations import GELUActivation
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+ATTENTION = "embedkit_cpu_bfloat16"
+SCORES_PER_BLOCK = 1 << 20  # attention scores computed at once: 2 MB of bf16, cache-sized
+# Larger batches go to SDPA's one kernel per layer: the encode loop makes them only while other processes take this
+# CPU's cores (``LoadBudget``), when every small operation's thread barrier stalls (``--load 2``: 0.68x the peer).
+BLOCKED_TOKENS = 8192
+
+
+def supported(device: str, dtype: str) -> bool:
+    """True where this path applies: bfloat16 on a CPU whose oneDNN build has bf16 kernels."""
+    return (
+        dtype == "bfloat16"
+        and torch.device(device).type == "cpu"
+        and torch.backends.mkldnn.is_available()
+        and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    )
+
+
+def _inference(module: nn.Module, x: torch.Tensor) -> bool:
+    return x.device.type == "cpu" and not module.training and not torch.is_grad_enabled()
+
+
+def _matmul(rows: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, gelu: bool) -> torch.Tensor:
+    post, algorithm = ("gelu", "none") if gelu else ("none", "")
+    return torch.ops.mkldnn._linear_pointwise(rows.to(torch.bfloat16), weight, bias, post, [], algorithm)
+
+
+class _Pack:
+    """The weights of one or more linears, stacked by rows, in oneDNN's bf16 layout; repacked when any changes
+    (an optimizer step), so inference after training multiplies by the trained weights."""
+
+    def __init__(self) -> None:
+        self.key: tuple[Any, ...] | None = None
+        self.weight: torch.Tensor | None = None
+        self.bias: torch.Tensor | None = None
+
+    def of(self, linears: list[nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | None]:
+        key = tuple((m.weight._version, m.weight.data_ptr()) for m in linears)
+        if key != self.key:
+            weight = torch.cat([m.weight.detach() for m in linears]).to(torch.bfloat16)
+            biases = [m.bias.detach() if m.bias is not None else m.weight.new_zeros(m.out_features) for m in linears]
+            bias = None if all(m.bias is None for m in linears) else torch.cat(biases).to(torch.bfloat16)
+            self.key, self.weight, self.bias = key, torch.ops.mkldnn._reorder_linear_weight(weight), bias
+        return self.weight, self.bias
+
+    def __getstate__(self) -> dict[str, Any]:  # the opaque oneDNN tensor neither pickles nor deep-copies
+        return {"key": None, "weight": None, "bias": None}
+
+
+class _Projections:
+    """Sibling projections of one hidden state (an attention block's query, key and value): the first call
+    multiplies by all their weights at once and casts the input once; the others take their slice."""
+
+    def __init__(self, members: list[PackedLinear]) -> None:
+        self.members = members
+        self.pack = _Pack()
+        self.source: weakref.ref | None = None  # the hidden state the pending slices were computed from
+        self.pending: dict[int, torch.Tensor] = {}
+
+    def output(self, member: PackedLinear, x: torch.Tensor) -> torch.Tensor:
+        slot = next(i for i, m in enumerate(self.members) if m is member)
+        if self.source is None or self.source() is not x or slot not in self.pending:
+            weight, bias = self.pack.of(self.members)  # type: ignore[arg-type]
+            y = _matmul(x.reshape(-1, member.in_features), weight, bias, gelu=False)
+            self.pending = dict(enumerate(y.split([m.out_features for m in self.members], dim=1)))
+            self.source = weakref.ref(x)
+        y = self.pending.pop(slot)
+        if not self.pending:
+            self.source = None
+        return y.reshape(*x.shape[:-1], member.out_features)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"members": self.members, "pack": _Pack(), "source": None, "pending": {}}
+
+
+class PackedLinear(nn.Linear):
+    """An ``nn.Linear`` (same parameters, same ``state_dict``) that, in CPU inference, multiplies in bf16 with its
+    weight prepacked for oneDNN, optionally with an exact GELU fused after it or as one of a group of projections
+    of the same input."""
+
+    def __init__(self, linear: nn.Linear, gelu: bool = False) -> None:
+        nn.Module.__init__(self)
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.weight, self.bias = linear.weight, linear.bias
+        self.training = linear.training
+        self.gelu = gelu
+        self.pack = _Pack()
+        self.group: _Projections | None = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not _inference(self, x):
+            y = super().forward(x)
+            return nn.functional.gelu(y) if self.gelu else y
+        if self.group is not None:
+            return self.group.output(self, x)
+        weight, bias = self.pack.of([self])
+        y = _matmul(x.reshape(-1, self.in_features), weight, bias, self.gelu)
+        return y.reshape(*x.shape[:-1], self.out_features)
+
+
+def _blocked_attention(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """Encoder attention a few sequences at a time; anything else goes to transformers' SDPA unchanged."""
+    plain = (
+        not _inference(module, query)
+        or getattr(module, "is_causal", False)
+        or dropout
+        or key.shape[1] != query.shape[1]
+        or (attention_mask is not None and attention_mask.dtype != torch.bool)
+        or query.shape[0] * query.shape[2] > BLOCKED_TOKENS
+    )
+    if plain:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
+    batch, heads, length, width = query.shape
+    scale = scaling if scaling is not None else width**-0.5
+    masked = None if attention_mask is None else (~attention_mask).expand(batch, -1, -1, -1)  # True = no attention
+    padded = None if masked is None else masked.flatten(1).any(dim=1).tolist()
+    out = torch.empty((batch, length, heads, width), dtype=value.dtype)
+    step = max(1, SCORES_PER_BLOCK // (heads * length * key.shape[2]))
+    for start in range(0, batch, step):
+        rows = slice(start, start + step)
+        # contiguous blocks: a strided [heads, length, width] slice of the fused projection multiplies slower
+        scores = torch.matmul(query[rows].contiguous().mul_(scale), key[rows].contiguous().transpose(-1, -2))
+        if padded is not None and any(padded[rows]):
+            scores.masked_fill_(masked[rows], float("-inf"))
+        # softmax of bf16 scores accumulates in fp32 and rounds once: bit-identical to an fp32 softmax cast back
+        out[rows] = torch.matmul(torch.softmax(scores, dim=-1), value[rows]).transpose(1, 2)
+    return out, None
+
+
+AttentionInterface.register(ATTENTION, _blocked_attention)
+AttentionMaskInterface.register(ATTENTION, sdpa_mask)
+
+
+PROJECTION_NAMES = (("query", "key", "value"), ("q", "k", "v"), ("q_proj", "k_proj", "v_proj"))
+
+
+def _swap_linears(network: nn.Module) -> tuple[int, int, int]:
+    """Replace every ``nn.Linear`` by a ``PackedLinear``, fusing an exact GELU that follows a feed-forward's first
+    linear and grouping an attention block's query, key and value projections."""
+    fused = 0
+    for module in list(network.modules()):
+        act, dense = getattr(module, "intermediate_act_fn", None), getattr(module, "dense", None)
+        if type(act) is GELUActivation and type(dense) is nn.Linear:  # BERT-family feed-forward: dense, then GELU
+            module.dense, module.intermediate_act_fn = PackedLinear(dense, gelu=True), nn.Identity()
+            fused += 1
+    swapped = fused
+    for module in list(network.modules()):
+        for name, child in list(module.named_children()):
+            if type(child) is nn.Linear:
+                setattr(module, name, PackedLinear(child))
+                swapped += 1
+    groups = 0
+    for module in list(network.modules()):
+        for names in PROJECTION_NAMES:
+            members = [getattr(module, name, None) for name in names]
+            if (
+                all(isinstance(m, PackedLinear) and not m.gelu for m in members)
+                and len({m.in_features for m in members}) == 1
+            ):
+                group = _Projections(members)
+                for member in members:
+                    member.group = group
+                groups += 1
+    return swapped, fused, groups
+
+
+def prepare(network: nn.Module) -> dict[str, Any]:
+    """Switch a transformers network to this path in place; returns what ``backend_config`` records."""
+    swapped, fused, grouped = _swap_linears(network)
+    attention = getattr(network.config, "_attn_implementation", None)
+    if attention in ("sdpa", "eager") and not getattr(network.config, "is_decoder", False):
+        try:
+            network.set_attn_implementation(ATTENTION)
+            attention = ATTENTION
+        except (ValueError, AttributeError):  # a model without transformers' attention interface keeps its own
+            pass
+    config = {"onednn_linears": swapped, "fused_gelu": fused, "fused_qkv": grouped, "attention": attention}
+    return {"cpu_bfloat16": config}
