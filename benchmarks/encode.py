@@ -21,10 +21,14 @@ the first ``--st-sweep-docs`` texts (200) once per size in ``--st-batch-sizes`` 
 warm-up call) and keeps the fastest; every sweep rate goes to the JSON. One size given skips the sweep.
 
 All are loaded in one process and timed in rounds, each round running every encoder once (the order rotated per
-round), so a busy machine slows them alike. Printed per encoder: the median docs/s; its ratio to the
-sentence-transformers row of the same precision (fp32 rows to ``sentence-transformers``, ``torch-bf16`` to
-``sentence-transformers-bf16``: like for like) and, as a second column, to ``sentence-transformers`` fp32; the
-min/mean cosine of its embeddings to sentence-transformers' fp32 ones, and for ``torch-bf16`` to its bf16 ones too.
+round), so a busy machine slows them alike. glibc's malloc thresholds are fixed before any encoder loads
+(``embedkit/models/heap.py``, which embedkit's CPU encode does anyway): the setting is process-wide, so every row
+runs under it and the ratios compare the encoders, not the allocator (``encode_heap.py`` measures it apart).
+
+Printed per encoder: the median docs/s; its ratio to the sentence-transformers row of the same precision (fp32 rows
+to ``sentence-transformers``, ``torch-bf16`` to ``sentence-transformers-bf16``: like for like) and, as a second
+column, to ``sentence-transformers`` fp32; the min/mean cosine of its embeddings to sentence-transformers' fp32
+ones, and for ``torch-bf16`` to its bf16 ones too.
 
 Peak RSS: each encoder is loaded again in a child process of its own that encodes the same texts once; its peak
 resident memory (Linux ``VmHWM``: Python, torch, the model, its activations) is reported next to the child's peak
@@ -62,6 +66,7 @@ from sentence_transformers import SentenceTransformer
 from embedkit import load_dataset, load_model
 from embedkit.data import doc_text
 from embedkit.errors import EmbedkitError
+from embedkit.models import heap
 from embedkit.models.device import autocast
 from embedkit.models.reference import default_model_path
 
@@ -285,6 +290,7 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown encoders {unknown} (choose from {', '.join([*ST_ROWS, *BACKENDS])})")
     texts = benchmark_texts(args.dataset, args.texts, args.docs, args.max_tokens)
+    heap_setting = heap.steady()  # process-wide: every encoder below runs under the same malloc thresholds
     try:
         if STATIC in names and args.static is None:
             parser.error("the encoder 'static' needs --static FOLDER")
@@ -298,6 +304,7 @@ def main() -> None:
         "python": platform.python_version(),
         "torch": torch.__version__,
         "load_processes": args.load,
+        "malloc": heap_setting,
     }
     cut = f", cut to {args.max_tokens} word pieces" if args.max_tokens else ""
     print(f"{len(texts)} {args.dataset} {args.texts}{cut}, {args.rounds} rounds, load {args.load}; {machine}")

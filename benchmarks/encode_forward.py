@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from embedkit import load_model
-from embedkit.models import cpu_bfloat16
+from embedkit.models import cpu_bfloat16, heap
 
 
 def main() -> None:
@@ -33,6 +33,7 @@ def main() -> None:
     parser.add_argument("--blocks", default=str(cpu_bfloat16.SCORES_PER_BLOCK), help="scores per attention block")
     parser.add_argument("--rounds", type=int, default=7)
     args = parser.parse_args()
+    malloc = heap.steady()  # as embedkit's encode sets it; process-wide, so the autocast row runs under it too
     reference = load_model(device="cpu").st[0].auto_model.eval()
     packed = load_model(device="cpu", dtype="bfloat16").st[0].auto_model.eval()
     with_sdpa = copy.deepcopy(packed)
@@ -49,7 +50,7 @@ def main() -> None:
         return (hidden * mask[..., None]).sum(1) / mask.sum(1, keepdim=True)
 
     torch.manual_seed(0)
-    print(f"{torch.get_num_threads()} threads, {args.rounds} rounds, median ms")
+    print(f"{torch.get_num_threads()} threads, {args.rounds} rounds, median ms; malloc: {malloc}")
     for shape in args.shapes.split(","):
         batch, length = (int(n) for n in shape.split("x"))
         ids = torch.randint(1000, 20000, (batch, length))

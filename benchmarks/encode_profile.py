@@ -2,9 +2,11 @@
 
     python benchmarks/encode_profile.py                      # 1,000 SciFact documents, fp32 and bf16
     python benchmarks/encode_profile.py --docs 200 --output runs/encode-profile.json
+    python benchmarks/encode_profile.py --texts train-queries --docs all --dtypes bfloat16 --target-ratio 2
 
 For embedkit's encode loop (``models.batching``: length-sorted token-budget batches) every batch is timed stage by
-stage: tokenization (token counts + the model's ``preprocess``), the transformer's forward pass, pooling and
+stage: tokenization (waiting for ``TextBatcher.batches``: a chunk's ``preprocess`` once, each batch cut from it),
+the transformer's forward pass, pooling and
 normalisation (the modules after the transformer), and the copy out to a float32 NumPy row block. Batches are
 grouped by padded length (<=64, <=128, <=256 tokens). The forward's useful work is counted analytically from the
 model config (per sequence, per layer: 8·L·d² for the Q/K/V/output projections, 4·L·d·ff for the feed-forward,
@@ -12,6 +14,13 @@ model config (per sequence, per layer: 8·L·d² for the Q/K/V/output projection
 the forward's time: the achieved GFLOP/s, as a fraction of ``torch.mm`` on 4096x4096 matrices in the same process,
 precision and thread count (the best of 5). sentence-transformers' own ``encode`` (at ``--st-batch-size``, under
 the same autocast) is timed whole, its FLOPs counted over its own batches (sorted by character length, as it does).
+
+``--target-ratio R`` turns the profile into a bound: embedkit's own ``encode`` and sentence-transformers' are timed in
+3 alternating rounds, one more embedkit encode under ``torch.profiler`` gives the seconds its linear layers' kernels
+take (the operators that multiply by a weight), and the script prints the time per text that R x the peer allows,
+the linears' share of it, and how much everything else (attention, layer norms, casts, tokenizing, pooling) would
+have to shrink. The linears already run
+at the matmul peak on this CPU, so that share is what no lever at the same precision can take away.
 """
 
 from __future__ import annotations
@@ -20,6 +29,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -30,15 +40,17 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import numpy as np
 import torch
+from encode_conditions import TEXT_KINDS, benchmark_texts
 from sentence_transformers import SentenceTransformer
 
-from embedkit import load_dataset, load_model
-from embedkit.data import doc_text
+from embedkit import load_model
+from embedkit.models import heap
 from embedkit.models.batching import TextBatcher
 from embedkit.models.device import autocast
 from embedkit.models.reference import default_model_path
 
 BUCKETS = (64, 128, 256, 512)
+LINEAR_KERNELS = {"mkldnn::_linear_pointwise", "aten::addmm", "aten::mm"}  # a linear layer's product, any path
 
 
 def matmul_peak(dtype: torch.dtype, size: int = 4096, repeats: int = 5) -> float:
@@ -66,21 +78,20 @@ def bucket(length: int) -> str:
 
 
 def profile_embedkit(model: Any, texts: list[str]) -> dict[str, Any]:
-    """Per-stage seconds of embedkit's encode, by padded-length bucket, and the forward's FLOPs."""
+    """Per-stage seconds of embedkit's encode loop (``TextBatcher.batches``, as ``encode`` runs it), by padded-length
+    bucket, and the forward's FLOPs. Tokenizing is the time spent waiting for the next batch."""
     st, config = model.st, model.st[0].model.config
     stages: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     out = np.empty((len(texts), model.dim), dtype=np.float32)
-    batcher = TextBatcher.of(model, weightless=False)
+    batches = TextBatcher.of(model, weightless=False).batches(texts, model.document_prompt)
     start_all = time.perf_counter()
     with torch.inference_mode():
-        start = time.perf_counter()
-        plan = batcher.lengths(texts, model.document_prompt)
-        stages["all"]["tokenize"] += time.perf_counter() - start
-        from embedkit.models.batching import token_budget_batches
-
-        for rows in token_budget_batches(plan, model.batch_tokens):
+        while True:
             t0 = time.perf_counter()
-            features = batcher.input_module.preprocess([texts[i] for i in rows], prompt=model.document_prompt or None)
+            try:
+                rows, features = next(batches)
+            except StopIteration:
+                break
             t1 = time.perf_counter()
             with autocast(model.device, model.dtype):
                 features = st[0](features)
@@ -121,28 +132,73 @@ def st_encode(st: SentenceTransformer, texts: list[str], dtype: str, batch_size:
     return time.perf_counter() - start, flops
 
 
+def bound(
+    model: Any, st: SentenceTransformer, texts: list[str], dtype: str, batch_size: int, rounds: int = 3
+) -> dict[str, float]:
+    """ms per text of embedkit's ``encode`` and of sentence-transformers' (alternating rounds, medians), and of
+    embedkit's linear layers' kernels alone (self time in one more encode under ``torch.profiler``)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    ours, peer = [], []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        model.encode(texts, show_progress=False)
+        ours.append(time.perf_counter() - start)
+        peer.append(st_encode(st, texts, dtype, batch_size)[0])
+    with profile(activities=[ProfilerActivity.CPU]) as profiler:
+        model.encode(texts, show_progress=False)
+    linears = sum(e.self_cpu_time_total for e in profiler.key_averages() if e.key in LINEAR_KERNELS) / 1e6
+    per_text = 1000 / len(texts)
+    return {
+        "embedkit_ms_per_text": round(statistics.median(ours) * per_text, 4),
+        "peer_ms_per_text": round(statistics.median(peer) * per_text, 4),
+        "linear_ms_per_text": round(linears * per_text, 4),
+    }
+
+
+def print_bound(measured: dict[str, float], ratio: float, batch_size: int) -> None:
+    """What ``ratio`` x the peer allows per text, against what the linears alone already take."""
+    allowed = measured["peer_ms_per_text"] / ratio
+    now, linears = measured["embedkit_ms_per_text"], measured["linear_ms_per_text"]
+    rest, room = now - linears, max(0.0, allowed - linears)
+    print(
+        f"{ratio}x sentence-transformers (batch {batch_size}: {measured['peer_ms_per_text']:.3f} ms per text) "
+        f"allows {allowed:.3f} ms; embedkit takes {now:.3f} ms "
+        f"({measured['peer_ms_per_text'] / now:.2f}x): its linears {linears:.3f} ms ({linears / allowed:.0%} of the "
+        f"allowance), everything else {rest:.3f} ms, which would have to fit in {room:.3f} ms (-{1 - room / rest:.0%})."
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dataset", default="scifact")
-    parser.add_argument("--docs", type=int, default=1000)
+    parser.add_argument("--texts", choices=TEXT_KINDS, default="docs")
+    parser.add_argument("--docs", default="1000", help="how many texts, or 'all'")
+    parser.add_argument("--max-tokens", type=int, help="cut every text to this many word pieces")
+    parser.add_argument("--dtypes", default="float32,bfloat16", help="comma-separated: float32, bfloat16")
+    parser.add_argument("--target-ratio", type=float, help="print what this multiple of the peer would need")
     parser.add_argument("--st-batch-size", type=int, default=32, help="sentence-transformers' batch size")
     parser.add_argument("--output", type=Path)
     args = parser.parse_args()
-    corpus = load_dataset(args.dataset).corpus
-    texts = [doc_text(doc) for doc in corpus.select(range(min(args.docs, len(corpus))))]
+    texts = benchmark_texts(args.dataset, args.texts, args.docs, args.max_tokens)
+    malloc = heap.steady()  # as embedkit's encode sets it, for sentence-transformers' rows too (encode.py does alike)
     threads = torch.get_num_threads()
     result: dict[str, Any] = {
         "docs": len(texts),
+        "texts": args.texts,
+        "max_tokens": args.max_tokens,
         "machine": {
             "processor": platform.processor() or platform.machine(),
             "cpus": os.cpu_count(),
             "threads": threads,
+            "malloc": malloc,
         },
         "torch": torch.__version__,
         "rows": {},
     }
     st = SentenceTransformer(str(default_model_path()), device="cpu")
-    for dtype, torch_dtype in (("float32", torch.float32), ("bfloat16", torch.bfloat16)):
+    for dtype in args.dtypes.split(","):
+        torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
         peak = matmul_peak(torch_dtype)
         result[f"matmul_peak_gflops_{dtype}"] = round(peak, 1)
         model = load_model(device="cpu", dtype=dtype)
@@ -164,8 +220,11 @@ def main() -> None:
             "fraction_of_peak_overall": round(flops / seconds / 1e9 / peak, 3),
             "batch_size": args.st_batch_size,
         }
+        if args.target_ratio:
+            result[f"bound_{dtype}"] = bound(model, st, texts, dtype, args.st_batch_size)
         print(f"{dtype}: torch.mm peak {peak:.1f} GFLOP/s")
-    print(f"\n{len(texts)} {args.dataset} documents, {threads} threads\n")
+    cut = f", cut to {args.max_tokens} word pieces" if args.max_tokens else ""
+    print(f"\n{len(texts)} {args.dataset} {args.texts}{cut}, {threads} threads\n")
     print("| path | docs/s | tokenize s | forward s | pool s | copy s | forward GFLOP/s | of peak: forward | all |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name, row in result["rows"].items():
@@ -187,6 +246,11 @@ def main() -> None:
                     f"  {name} {key}: {int(s['batches'])} batches, {int(s['rows'])} rows, {s['forward']:.2f} s, "
                     f"{rate:.1f} GFLOP/s"
                 )
+    if args.target_ratio:
+        print(f"\nBound (3 alternating rounds, medians; {args.target_ratio}x the peer):")
+        for dtype in args.dtypes.split(","):
+            print(f"  {dtype}: ", end="")
+            print_bound(result[f"bound_{dtype}"], args.target_ratio, args.st_batch_size)
     if args.output:
         args.output.parent.mkdir(parents=True, exist_ok=True)
         args.output.write_text(json.dumps(result, indent=2) + "\n")
