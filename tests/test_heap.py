@@ -7,6 +7,7 @@ process's history.
 from __future__ import annotations
 
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -42,8 +43,10 @@ print(json.dumps({"faults_per_cycle": faults, "state": heap._state}))
 """
 
 
-def _cycles(mode: str) -> dict:
-    done = subprocess.run([sys.executable, "-c", CYCLES, mode], capture_output=True, text=True, timeout=300)
+def _cycles(mode: str, **env: str) -> dict:
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_") and k != "GLIBC_TUNABLES"}
+    command = [sys.executable, "-c", CYCLES, mode]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, env={**environment, **env})
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -59,3 +62,11 @@ def test_a_cpu_encode_fixes_them() -> None:
     encoded = _cycles("encode")
     assert encoded["state"] == "glibc mmap 32 MiB, trim 64 MiB"
     assert encoded["faults_per_cycle"] < 1000
+
+
+def test_a_users_own_malloc_tuning_is_left_alone() -> None:
+    kept = _cycles("steady", MALLOC_TRIM_THRESHOLD_="131072")
+    assert kept["state"] == "unchanged (the user's MALLOC_TRIM_THRESHOLD_)"
+    assert kept["faults_per_cycle"] >= 6000  # glibc's own trim threshold of 128 KB still hands every cycle back
+    tunables = _cycles("steady", GLIBC_TUNABLES="glibc.malloc.trim_threshold=131072")
+    assert tunables["state"] == "unchanged (the user's GLIBC_TUNABLES)"

@@ -8,13 +8,15 @@ its memory in again (zeroed pages) depends on the process's history. On this pro
 forward as much as in embedkit's (``benchmarks/RESULTS.md``, issue 16). Fixed at glibc's own ceiling (mmap 32 MB,
 trim 64 MB: where a process stands after freeing one 32 MB block) the heap's pages stay mapped between batches, at
 the cost of holding up to 64 MB of freed memory. The setting is process-wide, so it is made once, on the first CPU
-encode, and only where the C library is glibc; elsewhere (macOS, musl) nothing changes.
+encode, and only where the C library is glibc and the user has not tuned malloc already (``MALLOC_*_`` or
+``glibc.malloc`` in ``GLIBC_TUNABLES``); elsewhere (macOS, musl) nothing changes.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
 import platform
 
 M_TRIM_THRESHOLD = -1  # glibc's mallopt parameter numbers (malloc.h)
@@ -37,6 +39,11 @@ def steady() -> str:
 def _apply() -> str:
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         return f"unchanged ({platform.system()} {platform.libc_ver()[0] or 'libc'})"
+    tuned = [name for name in os.environ if name.startswith("MALLOC_") and name.endswith("_")]
+    if "glibc.malloc" in os.environ.get("GLIBC_TUNABLES", ""):
+        tuned.append("GLIBC_TUNABLES")
+    if tuned:
+        return f"unchanged (the user's {', '.join(sorted(tuned))})"
     libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
     if not (libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) and libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD)):
         return "unchanged (mallopt refused)"
