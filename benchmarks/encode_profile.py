@@ -6,21 +6,21 @@
 
 For embedkit's encode loop (``models.batching``: length-sorted token-budget batches) every batch is timed stage by
 stage: tokenization (waiting for ``TextBatcher.batches``: a chunk's ``preprocess`` once, each batch cut from it),
-the transformer's forward pass, pooling and
-normalisation (the modules after the transformer), and the copy out to a float32 NumPy row block. Batches are
-grouped by padded length (<=64, <=128, <=256 tokens). The forward's useful work is counted analytically from the
-model config (per sequence, per layer: 8·L·d² for the Q/K/V/output projections, 4·L·d·ff for the feed-forward,
-4·L²·d for attention scores and values; padded positions are counted as the forward computes them) and divided by
-the forward's time: the achieved GFLOP/s, as a fraction of ``torch.mm`` on 4096x4096 matrices in the same process,
-precision and thread count (the best of 5). sentence-transformers' own ``encode`` (at ``--st-batch-size``, under
-the same autocast) is timed whole, its FLOPs counted over its own batches (sorted by character length, as it does).
+the transformer's forward pass, pooling and normalisation (the modules after the transformer), and the copy out to a
+float32 NumPy row block. Batches are grouped by padded length (<=64, <=128, <=256 tokens). The forward's useful work
+is counted analytically from the model config (per sequence, per layer: 8·L·d² for the Q/K/V/output projections,
+4·L·d·ff for the feed-forward, 4·L²·d for attention scores and values; padded positions are counted as the forward
+computes them) and divided by the forward's time: the achieved GFLOP/s, as a fraction of ``torch.mm`` on 4096x4096
+matrices in the same process, precision and thread count (the best of 5). sentence-transformers' own ``encode`` (at
+``--st-batch-size``, under the same autocast) is timed whole, its FLOPs counted over its own batches (sorted by
+character length, as it does).
 
-``--target-ratio R`` turns the profile into a bound: embedkit's own ``encode`` and sentence-transformers' are timed in
-3 alternating rounds, one more embedkit encode under ``torch.profiler`` gives the seconds its linear layers' kernels
-take (the operators that multiply by a weight), and the script prints the time per text that R x the peer allows,
-the linears' share of it, and how much everything else (attention, layer norms, casts, tokenizing, pooling) would
-have to shrink. The linears already run
-at the matmul peak on this CPU, so that share is what no lever at the same precision can take away.
+``--target-ratio R`` turns the profile into a bound: embedkit's own ``encode`` and sentence-transformers' are timed
+in 3 alternating rounds, one more embedkit encode under ``torch.profiler`` gives the seconds its linear layers'
+kernels take (the operators that multiply by a weight), and the script prints the time per text that R x the peer
+allows, the linears' share of it, and how much everything else (attention, layer norms, casts, tokenizing, pooling)
+would have to shrink. The linears already run at the matmul peak on this CPU, so that share is what no lever at the
+same precision can take away.
 """
 
 from __future__ import annotations
@@ -117,6 +117,14 @@ def profile_embedkit(model: Any, texts: list[str]) -> dict[str, Any]:
     return {name: dict(values) for name, values in stages.items()}
 
 
+def st_seconds(st: SentenceTransformer, texts: list[str], dtype: str, batch_size: int) -> float:
+    """Seconds of one sentence-transformers ``encode`` under the same autocast."""
+    start = time.perf_counter()
+    with autocast("cpu", dtype):
+        st.encode(texts, batch_size=batch_size, convert_to_numpy=True)
+    return time.perf_counter() - start
+
+
 def st_encode(st: SentenceTransformer, texts: list[str], dtype: str, batch_size: int) -> tuple[float, float]:
     """Seconds of sentence-transformers' own encode, and its forward FLOPs over its own (char-sorted) batches."""
     config = st[0].model.config
@@ -126,10 +134,7 @@ def st_encode(st: SentenceTransformer, texts: list[str], dtype: str, batch_size:
         batch = [texts[i] for i in order[first : first + batch_size]]
         shape = st.preprocess(batch)["input_ids"].shape
         flops += forward_flops(config, *shape)
-    start = time.perf_counter()
-    with autocast("cpu", dtype):
-        st.encode(texts, batch_size=batch_size, convert_to_numpy=True)
-    return time.perf_counter() - start, flops
+    return st_seconds(st, texts, dtype, batch_size), flops
 
 
 def bound(
@@ -144,7 +149,7 @@ def bound(
         start = time.perf_counter()
         model.encode(texts, show_progress=False)
         ours.append(time.perf_counter() - start)
-        peer.append(st_encode(st, texts, dtype, batch_size)[0])
+        peer.append(st_seconds(st, texts, dtype, batch_size))
     with profile(activities=[ProfilerActivity.CPU]) as profiler:
         model.encode(texts, show_progress=False)
     linears = sum(e.self_cpu_time_total for e in profiler.key_averages() if e.key in LINEAR_KERNELS) / 1e6

@@ -4,12 +4,13 @@ A forward pass allocates and frees tens of megabytes of activations per batch. g
 threshold with ``mmap`` and hands the free top of its heap back to the kernel above its trim threshold (both 128 KB
 at first); it raises them (trim to twice mmap) only as large mapped blocks are freed, so how often a batch faults
 its memory in again (zeroed pages) depends on the process's history. On this project's 2-core machine a forward of
-62x66 tokens took up to 29,000 minor faults, about 1.2 µs each: 15-20 % of the forward, in sentence-transformers'
-forward as much as in embedkit's (``benchmarks/RESULTS.md``, issue 16). Fixed at glibc's own ceiling (mmap 32 MB,
-trim 64 MB: where a process stands after freeing one 32 MB block) the heap's pages stay mapped between batches, at
-the cost of holding up to 64 MB of freed memory. The setting is process-wide, so it is made once, on the first CPU
-encode, and only where the C library is glibc and the user has not tuned malloc already (``MALLOC_*_`` or
-``glibc.malloc`` in ``GLIBC_TUNABLES``); elsewhere (macOS, musl) nothing changes.
+62x66 tokens took up to 23,000 minor faults, about 1.2 µs each: 174.5-177.9 ms against 142.4-152.1 without them, and
+sentence-transformers' autocast forward up to 29,000 (245-257 ms against 193-225; ``benchmarks/RESULTS.md``, issue
+16). Fixed at glibc's own ceiling (mmap 32 MB, trim 64 MB: where a process stands after freeing one 32 MB block) the
+heap's pages stay mapped between batches, at the cost of holding up to 64 MB of freed memory. The setting is
+process-wide, so it is made once, on the first CPU encode, and only where the C library is glibc and the user has
+not tuned malloc already (``MALLOC_*_`` or ``glibc.malloc`` in ``GLIBC_TUNABLES``); elsewhere (macOS, musl) nothing
+changes.
 """
 
 from __future__ import annotations
