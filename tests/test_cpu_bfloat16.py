@@ -145,6 +145,40 @@ def test_blocked_attention_matches_sdpa_across_blocks_and_padding():
     assert torch.equal(leaked[3], ours[3])
 
 
+def test_short_blocks_left_padding_and_ragged_masks_match_sdpa():
+    """Many 40-token sequences share a block: keys stop at the block's longest sequence and the shorter ones are still
+    masked. A mask that is not right padding (left padding) keeps every key and the full mask."""
+    torch.manual_seed(1)
+    batch, heads, length, width = 6, 12, 40, 32
+    q, k, v = (torch.randn(batch, length, heads, width).bfloat16().transpose(1, 2) for _ in range(3))
+    right = torch.ones(batch, 1, length, length, dtype=torch.bool)
+    for row, visible in enumerate((40, 33, 21, 40, 9, 30)):
+        right[row, ..., visible:] = False
+    right_short = right.clone()
+    right_short[:, ..., 35:] = False  # no sequence reaches the last 5 keys: the block's keys stop at 35
+    left = right.flip(-1)
+    module = torch.nn.Module().eval()
+    module.is_causal = False
+    assert cpu_bfloat16._key_lengths(right_short, batch) == [35, 33, 21, 35, 9, 30]
+    assert cpu_bfloat16._key_lengths(left, batch) is None
+    for keep in (right, right_short, left):
+        with torch.inference_mode():
+            ours, _ = cpu_bfloat16._blocked_attention(module, q, k, v, keep, scaling=width**-0.5)
+            exact, _ = sdpa_attention_forward(module, q.float(), k.float(), v.float(), keep, scaling=width**-0.5)
+            bf16, _ = sdpa_attention_forward(module, q, k, v, keep, scaling=width**-0.5)
+        error = (ours.float() - exact).norm() / exact.norm()
+        assert error < 3 * (bf16.float() - exact).norm() / exact.norm()
+
+
+@pytest.mark.parametrize("length", [20, 24, 40, 62, 150])
+def test_softmax_of_ragged_rows_is_the_fp32_softmax_rounded_once(length):
+    """torch's bf16 softmax takes a scalar path for a row's last ``length % 32`` scores and rounds them differently;
+    rows whose tail is large go through fp32, so each probability is the exact one rounded once."""
+    scores = (torch.randn(64, 12, length, length) * 4).bfloat16()
+    rounded_once = torch.softmax(scores.float(), dim=-1).bfloat16()
+    assert torch.equal(cpu_bfloat16._softmax(scores), rounded_once)
+
+
 def test_saving_training_and_copies_see_the_ordinary_model(bf16_model, tmp_path):
     plain = SentenceTransformer(str(default_model_path()), device="cpu")
     ours, theirs = bf16_model.st.state_dict(), plain.state_dict()

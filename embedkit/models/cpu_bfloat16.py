@@ -10,7 +10,8 @@ torch's layout and wrote its output before a separate GELU pass (``benchmarks/en
   product. The products equal autocast's bf16 linears; only the fused GELU skips one rounding.
 - encoder attention (not causal, one key per query head) runs a block of sequences at a time so the bf16 score
   block stays in the cache: bf16 ``q·kᵀ`` (as autocast's eager attention), the softmax accumulated in fp32 and rounded
-  once, bf16 ``p·v``; the padding mask is applied only to blocks that have padding.
+  once, bf16 ``p·v``. Where the mask only hides right padding, a block's keys stop at its longest sequence and the
+  mask is applied only to blocks that still have padding.
 
 Layer norms and the residual stream stay float32, as under autocast (cosine to sentence-transformers under autocast
 ≥ 0.99997 on SciFact). With gradients enabled or in training mode both fall back to the untouched arithmetic
@@ -129,6 +130,29 @@ class PackedLinear(nn.Linear):
         return y.reshape(*x.shape[:-1], self.out_features)
 
 
+def _softmax(scores: torch.Tensor) -> torch.Tensor:
+    """Softmax over the last dimension, accumulated in fp32 and rounded once to the scores' dtype.
+
+    torch's bf16 kernel computes a row's last ``length % 32`` scores with scalar ``exp`` (16-31 token rows entirely),
+    up to 3.6x slower than the fp32 kernel on a cast copy, and its scalar tail rounds differently; where that tail is at
+    least a twentieth of the row (and rows are 16+ long) the cast copy is faster here (``benchmarks/RESULTS.md``)."""
+    length = scores.shape[-1]
+    if length >= 16 and length % 32 >= length / 20:
+        return torch.softmax(scores, dim=-1, dtype=torch.float32).to(scores.dtype)
+    return torch.softmax(scores, dim=-1)
+
+
+def _key_lengths(attention_mask: torch.Tensor, batch: int) -> list[int] | None:
+    """Each sequence's count of visible keys where the mask hides nothing but right padding (the same prefix of keys
+    for every query and head); None for any other mask."""
+    keep = attention_mask.expand(batch, -1, -1, -1)
+    lengths = keep[:, 0, 0, :].sum(dim=-1)
+    prefix = torch.arange(keep.shape[-1]) < lengths[:, None]
+    if int(lengths.min()) < 1 or not bool((keep == prefix[:, None, None, :]).all()):
+        return None
+    return lengths.tolist()
+
+
 def _blocked_attention(
     module: nn.Module,
     query: torch.Tensor,
@@ -152,18 +176,26 @@ def _blocked_attention(
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
     batch, heads, length, width = query.shape
     scale = scaling if scaling is not None else width**-0.5
+    keys = key.shape[2]
     masked = None if attention_mask is None else (~attention_mask).expand(batch, -1, -1, -1)  # True = no attention
-    padded = None if masked is None else masked.flatten(1).any(dim=1).tolist()
+    lengths = None if attention_mask is None else _key_lengths(attention_mask, batch)
+    padded = None if masked is None or lengths is not None else masked.flatten(1).any(dim=1).tolist()
     out = torch.empty((batch, length, heads, width), dtype=value.dtype)
-    step = max(1, SCORES_PER_BLOCK // (heads * length * key.shape[2]))
+    step = max(1, SCORES_PER_BLOCK // (heads * length * keys))
     for start in range(0, batch, step):
         rows = slice(start, start + step)
+        if lengths is not None:  # keys past the block's longest sequence are padding for every row: left out
+            visible = max(lengths[rows])
+            needs_mask = min(lengths[rows]) < visible
+        else:
+            visible, needs_mask = keys, padded is not None and any(padded[rows])
         # contiguous blocks: a strided [heads, length, width] slice of the fused projection multiplies slower
-        scores = torch.matmul(query[rows].contiguous().mul_(scale), key[rows].contiguous().transpose(-1, -2))
-        if padded is not None and any(padded[rows]):
-            scores.masked_fill_(masked[rows], float("-inf"))
-        # softmax of bf16 scores accumulates in fp32 and rounds once: bit-identical to an fp32 softmax cast back
-        out[rows] = torch.matmul(torch.softmax(scores, dim=-1), value[rows]).transpose(1, 2)
+        scores = torch.matmul(
+            query[rows].contiguous().mul_(scale), key[rows, :, :visible].contiguous().transpose(-1, -2)
+        )
+        if needs_mask:
+            scores.masked_fill_(masked[rows, ..., :visible], float("-inf"))
+        out[rows] = torch.matmul(_softmax(scores), value[rows, :, :visible]).transpose(1, 2)
     return out, None
 
 
