@@ -8,7 +8,7 @@ embedkit's speed over a plain ``encode`` comes from (``benchmarks/encode.py`` me
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -17,8 +17,8 @@ import torch
 from tqdm.auto import tqdm
 
 from embedkit.models import heap
+from embedkit.models.cpu_streams import run_streams, stream_count
 from embedkit.models.device import autocast
-from embedkit.models.load_budget import LoadBudget
 
 if TYPE_CHECKING:
     from embedkit.models.embedding_model import EmbeddingModel
@@ -28,16 +28,12 @@ STATIC_BATCH = 1024
 TOKENIZE_CHUNK = 8192  # texts tokenized at once: 8,192 x 512 tokens of int64 ids and mask stay near 100 MB
 
 
-def token_budget_batches(
-    lengths: np.ndarray, budget: int | Callable[[], int], max_batch: int = MAX_BATCH
-) -> Iterator[np.ndarray]:
-    """Indices in descending length, cut into batches whose padded size (n x longest) stays within ``budget``
-    (a number, or a function read before each batch: ``LoadBudget.tokens``)."""
+def token_budget_batches(lengths: np.ndarray, budget: int, max_batch: int = MAX_BATCH) -> Iterator[np.ndarray]:
+    """Indices in descending length, cut into batches whose padded size (n x longest) stays within ``budget``."""
     order = np.argsort(-lengths, kind="stable")
     start = 0
     while start < len(order):
-        tokens = budget() if callable(budget) else budget
-        size = int(max(1, min(max_batch, tokens // max(1, int(lengths[order[start]])))))
+        size = int(max(1, min(max_batch, budget // max(1, int(lengths[order[start]])))))
         yield order[start : start + size]
         start += size
 
@@ -85,15 +81,12 @@ class TextBatcher:
         ids = tokenizer(prompted, truncation=True, max_length=self.max_length, add_special_tokens=True)["input_ids"]
         return np.fromiter((len(row) for row in ids), dtype=np.int64, count=len(texts))
 
-    def batches(
-        self, texts: list[str], prompt: str, budget: Callable[[], int] | None = None
-    ) -> Iterator[tuple[np.ndarray, dict[str, Any]]]:
+    def batches(self, texts: list[str], prompt: str) -> Iterator[tuple[np.ndarray, dict[str, Any]]]:
         """``(indices, features)`` per batch: longest texts first, each batch within the token budget.
 
         Each chunk of texts is tokenized once, padded to its longest text; a batch is its rows cut to the batch's own
         longest, which is exactly what tokenizing the batch alone gives (padding is the only difference) at half the
-        tokenizer's work of measuring lengths first and tokenizing each batch again. ``budget``, when given, is read
-        before each batch (``LoadBudget.tokens``) instead of the fixed ``batch_tokens``.
+        tokenizer's work of measuring lengths first and tokenizing each batch again.
         A static model pads nothing and its forward is a lookup, so its texts go in input order, ``STATIC_BATCH`` at a
         time (sorting by length would cost a second tokenization and save nothing).
         """
@@ -107,7 +100,7 @@ class TextBatcher:
             mask = chunk["attention_mask"]
             lengths = mask.sum(dim=1).numpy()
             left = self.input_module.tokenizer.padding_side == "left"
-            for batch in token_budget_batches(lengths, budget or self.batch_tokens):
+            for batch in token_budget_batches(lengths, self.batch_tokens):
                 yield (
                     start + batch,
                     _rows(chunk, torch.from_numpy(batch), int(lengths[batch].max()), mask.shape[1], left),
@@ -143,7 +136,6 @@ def embed_features(model: EmbeddingModel, features: dict[str, Any]) -> np.ndarra
     return embeddings.cpu().numpy()
 
 
-@torch.inference_mode()
 def encode_texts(
     model: EmbeddingModel,
     texts: list[str],
@@ -151,7 +143,9 @@ def encode_texts(
     show_progress: bool | None = None,
     progress: tqdm | None = None,
 ) -> np.ndarray:
-    """Embed ``texts`` into a float32 array in input order; ``progress`` is an outer bar to advance instead."""
+    """Embed ``texts`` into a float32 array in input order; ``progress`` is an outer bar to advance instead.
+
+    On a CPU the ``torch`` backend runs a batch per stream (``models/cpu_streams.py``); others run one at a time."""
     out = np.empty((len(texts), model.dim), dtype=np.float32)
     if not texts:
         return out
@@ -159,10 +153,13 @@ def encode_texts(
     show = len(texts) >= 1000 if show_progress is None else show_progress
     own_bar = tqdm(total=len(texts), desc="Encoding", unit="text", disable=progress is not None or not show)
     bar = progress if progress is not None else own_bar
-    budget = LoadBudget.for_threads(model.batch_tokens, torch.get_num_threads(), adaptive=model.adaptive_batching)
+    streams = stream_count(torch.get_num_threads()) if model.device == "cpu" and model.backend == "torch" else 1
+
+    def embed(item: tuple[np.ndarray, dict[str, Any]]) -> None:
+        batch, features = item
+        out[batch] = embed_features(model, features)
+        bar.update(len(batch))
+
     with own_bar:
-        for batch, features in TextBatcher.of(model, weightless=False).batches(texts, prompt, budget.tokens):
-            with budget.measure():
-                out[batch] = embed_features(model, features)
-            bar.update(len(batch))
+        run_streams(TextBatcher.of(model, weightless=False).batches(texts, prompt), embed, streams)
     return out

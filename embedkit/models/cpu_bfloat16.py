@@ -21,6 +21,7 @@ Layer norms and the residual stream stay float32, as under autocast (cosine to s
 
 from __future__ import annotations
 
+import threading
 import weakref
 from typing import Any
 
@@ -33,9 +34,6 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 ATTENTION = "embedkit_cpu_bfloat16"
 SCORES_PER_BLOCK = 1 << 20  # attention scores computed at once: 2 MB of bf16, cache-sized
-# Larger batches go to SDPA's one kernel per layer: the encode loop makes them only while other processes take this
-# CPU's cores (``LoadBudget``), when every small operation's thread barrier stalls (``--load 2``: 0.68x the peer).
-BLOCKED_TOKENS = 8192
 
 
 def supported(device: str, dtype: str) -> bool:
@@ -81,28 +79,33 @@ class _Pack:
 
 class _Projections:
     """Sibling projections of one hidden state (an attention block's query, key and value): the first call
-    multiplies by all their weights at once and casts the input once; the others take their slice."""
+    multiplies by all their weights at once and casts the input once; the others take their slice. The pending
+    slices are per thread: encode streams (``models/cpu_streams.py``) run the same layer on other batches at once."""
 
     def __init__(self, members: list[PackedLinear]) -> None:
         self.members = members
         self.pack = _Pack()
-        self.source: weakref.ref | None = None  # the hidden state the pending slices were computed from
-        self.pending: dict[int, torch.Tensor] = {}
+        self.local = threading.local()
 
     def output(self, member: PackedLinear, x: torch.Tensor) -> torch.Tensor:
         slot = next(i for i, m in enumerate(self.members) if m is member)
-        if self.source is None or self.source() is not x or slot not in self.pending:
+        source = getattr(self.local, "source", None)  # the hidden state the pending slices were computed from
+        pending: dict[int, torch.Tensor] = getattr(self.local, "pending", {})
+        if source is None or source() is not x or slot not in pending:
             weight, bias = self.pack.of(self.members)  # type: ignore[arg-type]
             y = _matmul(x.reshape(-1, member.in_features), weight, bias, gelu=False)
-            self.pending = dict(enumerate(y.split([m.out_features for m in self.members], dim=1)))
-            self.source = weakref.ref(x)
-        y = self.pending.pop(slot)
-        if not self.pending:
-            self.source = None
+            pending = dict(enumerate(y.split([m.out_features for m in self.members], dim=1)))
+            self.local.source, self.local.pending = weakref.ref(x), pending
+        y = pending.pop(slot)
+        if not pending:
+            self.local.source = None
         return y.reshape(*x.shape[:-1], member.out_features)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"members": self.members, "pack": _Pack(), "source": None, "pending": {}}
+        return {"members": self.members, "pack": _Pack()}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state, local=threading.local())
 
 
 class PackedLinear(nn.Linear):
@@ -170,7 +173,6 @@ def _blocked_attention(
         or dropout
         or key.shape[1] != query.shape[1]
         or (attention_mask is not None and attention_mask.dtype != torch.bool)
-        or query.shape[0] * query.shape[2] > BLOCKED_TOKENS
     )
     if plain:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout, scaling, **kwargs)

@@ -51,10 +51,8 @@ class EmbeddingModel:
         self.normalize = normalize
         self.dtype = dtype
         self.device = device
-        self.batch_tokens = batch_tokens or (4096 if device == "cpu" else 65536)
-        # a budget asked for is kept; the default one grows while other processes take this CPU's cores (LoadBudget).
-        # Only where it was measured to help: torch's own kernels (ONNX Runtime runs its own thread pool).
-        self.adaptive_batching = batch_tokens is None and device == "cpu" and backend == "torch"
+        # per forward pass; a CPU runs one per stream at once (``models/cpu_streams.py``): 2,048 measured best there
+        self.batch_tokens = batch_tokens or (2048 if device == "cpu" else 65536)
         self.backend = backend
         self.backend_config = backend_config or {}
 
