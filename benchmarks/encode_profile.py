@@ -46,6 +46,7 @@ from sentence_transformers import SentenceTransformer
 from embedkit import load_model
 from embedkit.models import heap
 from embedkit.models.batching import TextBatcher
+from embedkit.models.cpu_streams import stream_count
 from embedkit.models.device import autocast
 from embedkit.models.reference import default_model_path
 
@@ -78,8 +79,9 @@ def bucket(length: int) -> str:
 
 
 def profile_embedkit(model: Any, texts: list[str]) -> dict[str, Any]:
-    """Per-stage seconds of embedkit's encode loop (``TextBatcher.batches``, as ``encode`` runs it), by padded-length
-    bucket, and the forward's FLOPs. Tokenizing is the time spent waiting for the next batch."""
+    """Per-stage seconds of embedkit's encode loop (``TextBatcher.batches``), by padded-length bucket, and the
+    forward's FLOPs. Tokenizing is the time spent waiting for the next batch. One batch at a time on every torch
+    thread, so each stage can be timed (``encode`` itself runs a batch per stream: ``models/cpu_streams.py``)."""
     st, config = model.st, model.st[0].model.config
     stages: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     out = np.empty((len(texts), model.dim), dtype=np.float32)
@@ -141,7 +143,9 @@ def bound(
     model: Any, st: SentenceTransformer, texts: list[str], dtype: str, batch_size: int, rounds: int = 3
 ) -> dict[str, float]:
     """ms per text of embedkit's ``encode`` and of sentence-transformers' (alternating rounds, medians), and of
-    embedkit's linear layers' kernels alone (self time in one more encode under ``torch.profiler``)."""
+    embedkit's linear layers' kernels alone: their self time in one more encode under ``torch.profiler`` on one
+    stream of one torch thread (the profiler does not see threads started inside it), divided by the encode's number
+    of streams, which run side by side (exact where each stream has one thread)."""
     from torch.profiler import ProfilerActivity, profile
 
     ours, peer = [], []
@@ -150,9 +154,15 @@ def bound(
         model.encode(texts, show_progress=False)
         ours.append(time.perf_counter() - start)
         peer.append(st_seconds(st, texts, dtype, batch_size))
-    with profile(activities=[ProfilerActivity.CPU]) as profiler:
-        model.encode(texts, show_progress=False)
-    linears = sum(e.self_cpu_time_total for e in profiler.key_averages() if e.key in LINEAR_KERNELS) / 1e6
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with profile(activities=[ProfilerActivity.CPU]) as profiler:
+            model.encode(texts, show_progress=False)
+    finally:
+        torch.set_num_threads(threads)
+    streams = stream_count(threads)
+    linears = sum(e.self_cpu_time_total for e in profiler.key_averages() if e.key in LINEAR_KERNELS) / 1e6 / streams
     per_text = 1000 / len(texts)
     return {
         "embedkit_ms_per_text": round(statistics.median(ours) * per_text, 4),
