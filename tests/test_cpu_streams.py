@@ -60,6 +60,17 @@ def test_a_lone_batch_runs_on_the_calling_thread_with_every_thread(two_threads):
     assert calls == [(threading.current_thread(), 2)]
 
 
+def test_more_streams_than_threads_run_one_per_thread(two_threads):
+    threads: set[int] = set()
+
+    def handle(item: int) -> None:
+        time.sleep(0.01)
+        threads.add(threading.get_ident())
+
+    run_streams(range(20), handle, streams=8)
+    assert len(threads) == 2 and torch.get_num_threads() == 2
+
+
 def test_an_error_in_one_stream_stops_the_others_and_reaches_the_caller(two_threads):
     done: list[int] = []
 

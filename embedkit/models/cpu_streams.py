@@ -39,13 +39,15 @@ def run_streams(items: Iterable[Item], handle: Callable[[Item], None], streams: 
     One stream, or a single item, runs here with all threads: a lone batch (a search's query) is not slowed."""
     items = iter(items)
     first = list(itertools.islice(items, 2))
+    threads = torch.get_num_threads()
+    streams = min(streams, threads)  # every stream needs a thread of its own
     if streams < 2 or len(first) < 2:
         with torch.inference_mode():
             for item in itertools.chain(first, items):
                 handle(item)
         return
     pending = itertools.chain(first, items)
-    threads = torch.get_num_threads()
+    done = object()
     lock, stop = threading.Lock(), threading.Event()
     errors: list[BaseException] = []
 
@@ -55,8 +57,8 @@ def run_streams(items: Iterable[Item], handle: Callable[[Item], None], streams: 
             with torch.inference_mode():
                 while not stop.is_set():
                     with lock:  # the iterator (tokenization) is not thread-safe
-                        item = next(pending, None)
-                    if item is None:
+                        item = next(pending, done)
+                    if item is done:
                         return
                     handle(item)
         except BaseException as error:  # handed to the caller's thread below
