@@ -4,7 +4,7 @@
     python benchmarks/encode_levers.py --texts train-queries --docs all --rounds 3
 
 Rows: sentence-transformers under bf16 autocast at batch 16/32 (the peer), embedkit's default bf16 (on a CPU with
-bf16 instructions the oneDNN path of ``models/cpu_bfloat16.py``; load-following token budget), embedkit's loop with
+bf16 instructions the oneDNN path of ``models/cpu_bfloat16.py``; encode streams), embedkit's loop with
 plain autocast (the default before that path), and, from that plain model, the weights cast to bfloat16 (no
 autocast: layer norms, softmax and the residual stream in bf16 too) and that model's transformer compiled by inductor
 (``dynamic=True``: one compile serves every batch shape; ``freezing``: weights pre-packed for oneDNN). The one-off
