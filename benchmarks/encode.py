@@ -5,16 +5,17 @@
     python benchmarks/encode.py --docs 100 --rounds 1 --backends torch,onnx-int8 --no-rss
     python benchmarks/encode.py --st-batch-sizes 32                # no sweep: sentence-transformers at batch 32
     python benchmarks/encode.py --executor ray --docs 1000         # Ray executor vs one process (encode_executors.py)
-    python benchmarks/encode.py --load 2 --backends sentence-transformers-bf16,torch-bf16   # under 2 busy processes
+    python benchmarks/encode.py --load 2 --backends sentence-transformers-bf16,openvino-bf16   # under 2 busy processes
     python benchmarks/encode.py --texts train-queries --docs all   # short texts: SciFact's 809 training queries
     python benchmarks/encode.py --max-tokens 64                    # documents cut to 64 word pieces
     python benchmarks/encode.py --ndcg --static runs/minilm-static --plot benchmarks/encode_speed_ndcg.png
 
 Encoders: sentence-transformers' own ``encode`` in two precisions, ``sentence-transformers`` (fp32: the reference)
 and ``sentence-transformers-bf16`` (inside ``torch.autocast("cpu", bfloat16)``; output as float32), and embedkit's
-``torch`` (fp32), ``torch-bf16`` (``dtype="bfloat16"``: on a CPU with bf16 instructions ``models/cpu_bfloat16.py``,
-elsewhere the same autocast),
-``torch-int8``, ``onnx`` and ``onnx-int8`` (``load_model(backend=...)``; these three compute in float32).
+``torch`` (fp32), ``torch-bf16`` (``backend="torch", dtype="bfloat16"``: on a CPU with bf16 instructions
+``models/cpu_bfloat16.py``, elsewhere the same autocast), ``openvino-bf16`` (``models/openvino_backend.py``: what
+``load_model(dtype="bfloat16")`` runs on such a CPU), ``torch-int8``, ``onnx`` and ``onnx-int8``
+(``load_model(backend=...)``; these three compute in float32).
 
 sentence-transformers runs at its best batch size, not a fixed one: before the timed rounds each of its rows encodes
 the first ``--st-sweep-docs`` texts (200) once per size in ``--st-batch-sizes`` (16,32,64,128; after one untimed
@@ -81,6 +82,7 @@ BACKENDS: dict[str, dict[str, str]] = {
     "torch-int8": {"backend": "torch-int8"},
     "onnx": {"backend": "onnx"},
     "onnx-int8": {"backend": "onnx-int8"},
+    "openvino-bf16": {"backend": "openvino", "dtype": "bfloat16"},
 }
 Encoder = Callable[[list[str]], np.ndarray]
 

@@ -132,7 +132,7 @@ def main() -> None:
     parser.add_argument("--variants", default=",".join(list(VARIANTS)[1:]))
     args = parser.parse_args()
     heap.steady()
-    model = load_model(device="cpu", dtype="bfloat16")
+    model = load_model(device="cpu", dtype="bfloat16", backend="torch")
     network = model.st[0].auto_model
     docs = benchmark_texts(DATASET, "docs", "1000", None)
     queries = benchmark_texts(DATASET, "train-queries", "all", None)

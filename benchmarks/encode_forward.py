@@ -5,7 +5,7 @@
 
 Rows: ``autocast`` (the float32 network under ``torch.autocast("cpu", bfloat16)``: what sentence-transformers runs),
 ``packed + SDPA`` (``models/cpu_bfloat16.py``'s oneDNN linears with transformers' SDPA attention) and ``packed +
-blocked`` (the default of ``load_model(dtype="bfloat16")``: the linears and the cache-blocked attention), the latter
+blocked`` (``load_model(dtype="bfloat16", backend="torch")``: the linears and the cache-blocked attention), the latter
 once per ``--blocks`` value (scores per attention block). Random token ids, one padded row per batch; each round runs
 every row once, medians are printed with the ratio to autocast and the minimum cosine of the mean-pooled output to it.
 """
@@ -35,7 +35,7 @@ def main() -> None:
     args = parser.parse_args()
     malloc = heap.steady()  # as embedkit's encode sets it; process-wide, so the autocast row runs under it too
     reference = load_model(device="cpu").st[0].auto_model.eval()
-    packed = load_model(device="cpu", dtype="bfloat16").st[0].auto_model.eval()
+    packed = load_model(device="cpu", dtype="bfloat16", backend="torch").st[0].auto_model.eval()
     with_sdpa = copy.deepcopy(packed)
     with_sdpa.set_attn_implementation("sdpa")
     rows = {"autocast": (reference, None), "packed + SDPA": (with_sdpa, None)}

@@ -46,7 +46,7 @@ def child(args: argparse.Namespace) -> None:
 
         if args.heap == "default":
             heap.steady = lambda: "default"  # the encode loop's call becomes a no-op
-        model = load_model(device="cpu", dtype="bfloat16")
+        model = load_model(device="cpu", dtype="bfloat16", backend="torch")
 
         def encode(batch: list[str]) -> object:
             return model.encode(batch, show_progress=False)

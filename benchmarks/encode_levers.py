@@ -57,7 +57,7 @@ def main() -> None:
         model.dtype = "bfloat16"
         return model
 
-    default = load_model(device="cpu", dtype="bfloat16")
+    default = load_model(device="cpu", dtype="bfloat16", backend="torch")
     plain = autocast_only()
     cast = autocast_only()
     cast.st.to(torch.bfloat16)

@@ -27,6 +27,8 @@ CASES = {
     "torch-int8": ("torch-int8", "float32", 0.98),
     "onnx": ("onnx", "float32", 0.99999),
     "onnx-int8": ("onnx-int8", "float32", 0.98),
+    "openvino": ("openvino", "float32", 0.99999),
+    "openvino-bfloat16": ("openvino", "bfloat16", 0.999),
 }
 
 
@@ -106,8 +108,11 @@ def test_bad_backend_arguments():
     with pytest.raises(EmbedkitError, match="unknown backend 'tensorrt'") as error:
         load_model(backend="tensorrt")
     assert error.value.field == "backend"
-    with pytest.raises(EmbedkitError, match="runs in float32") as error:
+    with pytest.raises(EmbedkitError, match="runs in float32, not bfloat16") as error:
         load_model(backend="onnx", dtype="bfloat16")
+    assert error.value.field == "dtype"
+    with pytest.raises(EmbedkitError, match="runs in float32 or bfloat16, not float16") as error:
+        load_model(backend="openvino", dtype="float16")
     assert error.value.field == "dtype"
     with pytest.raises(EmbedkitError, match="CPU only") as error:
         load_model(backend="torch-int8", device="cuda")

@@ -1,6 +1,7 @@
-"""The CPU bfloat16 path (``models/cpu_bfloat16.py``): what ``load_model(dtype="bfloat16")`` runs on a CPU with bf16
-instructions. It must agree with sentence-transformers under the same autocast, leave training and saving untouched,
-and fall back where it does not apply."""
+"""The CPU bfloat16 path (``models/cpu_bfloat16.py``): what ``load_model(dtype="bfloat16", backend="torch")`` runs on a
+CPU with bf16 instructions (without a backend named, OpenVINO runs where it has bf16 kernels: ``test_openvino.py``).
+It must agree with sentence-transformers under the same autocast, leave training and saving untouched, and fall back
+where it does not apply."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ pytestmark = pytest.mark.skipif(not cpu_bfloat16.supported("cpu", "bfloat16"), r
 
 @pytest.fixture(scope="module")
 def bf16_model():
-    return load_model(dtype="bfloat16", device="cpu")
+    return load_model(dtype="bfloat16", device="cpu", backend="torch")
 
 
 def test_the_default_model_runs_packed_and_agrees_with_sentence_transformers_autocast(bf16_model, scifact):

@@ -31,7 +31,7 @@ def test_two_streams_give_one_streams_vectors(two_threads, scifact, monkeypatch,
     precisions (bf16: the oneDNN path, whose query/key/value slices are kept per thread)."""
     if dtype == "bfloat16" and not cpu_bfloat16.supported("cpu", dtype):
         pytest.skip("no oneDNN bf16 on this CPU")
-    model = load_model(dtype=dtype, device="cpu", batch_tokens=1024)
+    model = load_model(dtype=dtype, device="cpu", batch_tokens=1024, backend="torch")
     texts = [doc_text(scifact.corpus[i]) for i in range(0, 5183, 52)]  # 100 documents: about 20 batches
     seen: list[tuple[str, int, int]] = []
     embed = batching.embed_features

@@ -89,7 +89,7 @@ def test_normalize_switch(tiny_bert):
 
 
 def test_bfloat16_autocast_stays_close(default_model, scifact):
-    bf16 = load_model(dtype="bfloat16", device="cpu")
+    bf16 = load_model(dtype="bfloat16", device="cpu", backend="torch")
     texts = [doc_text(scifact.corpus[i]) for i in range(16)]
     assert bf16.settings["dtype"] == "bfloat16"
     assert _cosines(bf16.encode(texts), default_model.encode(texts)).min() > 0.999

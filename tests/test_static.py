@@ -44,6 +44,7 @@ def test_load_model_encodes_the_static_folder_as_sentence_transformers_does(stat
     reference = SentenceTransformer(str(static_model), device="cpu").encode(texts, batch_size=2)
     assert np.allclose(ours, reference, atol=1e-6)
     assert np.allclose(np.linalg.norm(ours, axis=1), 1.0, atol=1e-5)
+    assert load_model(static_model, device="cpu", dtype="bfloat16").backend == "torch"  # nothing to export
 
 
 def test_static_model_retrieves_on_a_scifact_cut(static_model, scifact_subset, tmp_path):

@@ -26,8 +26,9 @@ Device = Annotated[Optional[str], typer.Option(help="cuda | cuda:N | mps | cpu (
 Backend = Annotated[
     Optional[str],
     typer.Option(
-        help="torch | torch-int8 | onnx | onnx-int8 (the int8 and ONNX ones run on the CPU, in float32). "
-        "[default: torch]"
+        help="torch | torch-int8 | onnx | onnx-int8 | openvino (all but torch run on the CPU; int8 and ONNX in "
+        "float32, openvino in float32 or bfloat16). [default: openvino for bfloat16 on a CPU where it is installed, "
+        "else torch]"
     ),
 ]
 BatchTokens = Annotated[Optional[int], typer.Option(help="Padded tokens per batch (default 2048 CPU, 65536 GPU).")]
@@ -125,7 +126,6 @@ class ModelOptions:
         options = asdict(self)
         name = options.pop("model")
         options["dtype"] = options["dtype"] or "float32"
-        options["backend"] = options["backend"] or "torch"
         return load_model(name, **options)
 
 

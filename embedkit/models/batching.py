@@ -145,7 +145,8 @@ def encode_texts(
 ) -> np.ndarray:
     """Embed ``texts`` into a float32 array in input order; ``progress`` is an outer bar to advance instead.
 
-    On a CPU the ``torch`` backend runs a batch per stream (``models/cpu_streams.py``); others run one at a time."""
+    On a CPU the ``torch`` and ``openvino`` backends run a batch per stream (``models/cpu_streams.py``); others run
+    one at a time."""
     out = np.empty((len(texts), model.dim), dtype=np.float32)
     if not texts:
         return out
@@ -153,7 +154,8 @@ def encode_texts(
     show = len(texts) >= 1000 if show_progress is None else show_progress
     own_bar = tqdm(total=len(texts), desc="Encoding", unit="text", disable=progress is not None or not show)
     bar = progress if progress is not None else own_bar
-    streams = stream_count(torch.get_num_threads()) if model.device == "cpu" and model.backend == "torch" else 1
+    streamed = model.device == "cpu" and model.backend in ("torch", "openvino")
+    streams = stream_count(torch.get_num_threads()) if streamed else 1
 
     def embed(item: tuple[np.ndarray, dict[str, Any]]) -> None:
         batch, features = item

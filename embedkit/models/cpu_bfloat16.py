@@ -1,4 +1,5 @@
-"""bfloat16 inference on a CPU with bf16 matrix instructions: what ``load_model(dtype="bfloat16")`` runs there.
+"""bfloat16 inference on a CPU with bf16 matrix instructions: what ``load_model(dtype="bfloat16", backend="torch")``
+runs there (with no backend named, OpenVINO runs where it has bf16 kernels: ``models/openvino_backend.py``).
 
 Under plain ``torch.autocast`` a MiniLM forward on this project's AVX-512 CPU spent a third of its time in
 ``scaled_dot_product_attention`` (about 80 GFLOP/s on 32-wide heads), and every ``nn.Linear`` re-read its weight in

@@ -36,7 +36,7 @@ def onnx_cache_root() -> Path:
     return cache_home() / "onnx"
 
 
-def _import_onnx() -> Any:
+def import_onnx() -> Any:
     try:
         import onnx  # noqa: F401
         import onnxruntime
@@ -46,7 +46,7 @@ def _import_onnx() -> Any:
     return onnxruntime
 
 
-def _network(st: SentenceTransformer) -> Any:
+def text_transformer(st: SentenceTransformer, backends: str = "onnx") -> Any:
     """The stack's first module when it is a text transformer whose forward gives ``last_hidden_state``."""
     transformer = st[0]
     config = getattr(transformer, "modality_config", {}).get("text", {})
@@ -54,7 +54,8 @@ def _network(st: SentenceTransformer) -> Any:
     output = output[0] if isinstance(output, (list, tuple)) and len(output) == 1 else output
     if config.get("method") != "forward" or output != "last_hidden_state" or not hasattr(transformer, "model"):
         raise EmbedkitError(
-            "the onnx backends export text transformers whose forward gives last_hidden_state; use backend torch",
+            f"the {backends} backends export text transformers whose forward gives last_hidden_state; "
+            "use backend torch",
             field="backend",
         )
     return transformer
@@ -73,7 +74,7 @@ def network_key(network: torch.nn.Module, input_names: list[str]) -> str:
     return digest.hexdigest()[:32]
 
 
-def _cached(folder: Path, build: Any) -> Path:
+def cached_export(folder: Path, build: Any) -> Path:
     """``folder/model.onnx``, built once by ``build(tmp_folder)`` beside it and renamed into place under a lock."""
     model = folder / "model.onnx"
     if model.is_file():
@@ -159,7 +160,7 @@ class OnnxNetwork(torch.nn.Module):
 
     def __init__(self, path: Path, config: Any, threads: int) -> None:
         super().__init__()
-        ort = _import_onnx()
+        ort = import_onnx()
         self.path = path
         self.config = config
         options = ort.SessionOptions()
@@ -179,23 +180,29 @@ class OnnxNetwork(torch.nn.Module):
         return {"last_hidden_state": torch.from_numpy(hidden)}
 
 
-def use_onnx(st: SentenceTransformer, quantized: bool) -> dict[str, Any]:
-    ort = _import_onnx()
-    transformer = _network(st)
-    network = transformer.model
+def export_sample(st: SentenceTransformer, backends: str = "onnx") -> tuple[dict[str, torch.Tensor], list[str]]:
+    """Two tokenized texts to trace the export with, and the network's input names among ``TEXT_INPUTS``."""
     sample = st.preprocess(["embedkit exports this network to ONNX", "with a padded second text"])
     input_names = [name for name in TEXT_INPUTS if name in sample]
     if input_names[:2] != ["input_ids", "attention_mask"]:
         raise EmbedkitError(
-            "the onnx backends need a tokenizer that gives input_ids and attention_mask", field="backend"
+            f"the {backends} backends need a tokenizer that gives input_ids and attention_mask", field="backend"
         )
+    return sample, input_names
+
+
+def use_onnx(st: SentenceTransformer, quantized: bool) -> dict[str, Any]:
+    ort = import_onnx()
+    transformer = text_transformer(st)
+    network = transformer.model
+    sample, input_names = export_sample(st)
     key = network_key(network, input_names)
     root = onnx_cache_root()
-    fp32 = _cached(root / f"{key}-fp32", lambda tmp: export_onnx(network, sample, input_names, tmp))
+    fp32 = cached_export(root / f"{key}-fp32", lambda tmp: export_onnx(network, sample, input_names, tmp))
     path, config = fp32, {"onnxruntime": ort.__version__, "opset": ONNX_OPSET, "export": "torch.onnx dynamo"}
     if quantized:
         preset, reduce_range = int8_preset(), not full_range()
-        path = _cached(root / f"{key}-int8-{preset}", lambda tmp: quantize_onnx(fp32, tmp, reduce_range))
+        path = cached_export(root / f"{key}-int8-{preset}", lambda tmp: quantize_onnx(fp32, tmp, reduce_range))
         config |= {
             "quantization": "onnxruntime dynamic int8",
             "preset": preset,

@@ -11,8 +11,10 @@ import re
 from embedkit.errors import EmbedkitError
 
 DTYPE_NAMES = ("float32", "bfloat16", "float16")
-BACKENDS = ("torch", "torch-int8", "onnx", "onnx-int8")
-CPU_ONLY = frozenset({"torch-int8", "onnx", "onnx-int8"})
+BACKENDS = ("torch", "torch-int8", "onnx", "onnx-int8", "openvino")
+CPU_ONLY = frozenset({"torch-int8", "onnx", "onnx-int8", "openvino"})
+# dtypes a CPU backend runs in; the others run float32 only
+CPU_DTYPES = {"openvino": ("float32", "bfloat16")}
 POOLINGS = ("cls", "mean", "last", "max", "dupmae")
 _DEVICE = re.compile(r"(cpu|mps|cuda(:\d+)?)")
 
@@ -27,8 +29,9 @@ def check_run_options(dtype: str, backend: str, device: str | None) -> str | Non
         raise EmbedkitError(f"unknown device '{device}' (cpu, cuda, cuda:N or mps)", field="device")
     if backend not in CPU_ONLY:
         return device
-    if dtype != "float32":
-        raise EmbedkitError(f"the {backend} backend runs in float32; pass dtype float32", field="dtype")
+    dtypes = CPU_DTYPES.get(backend, ("float32",))
+    if dtype not in dtypes:
+        raise EmbedkitError(f"the {backend} backend runs in {' or '.join(dtypes)}, not {dtype}", field="dtype")
     if device is not None and device != "cpu":
         raise EmbedkitError(
             f"the {backend} backend runs on the CPU only (asked for '{device}'); use backend torch on a GPU",

@@ -1,0 +1,151 @@
+"""The openvino backend (``models/openvino_backend.py``): what ``load_model(dtype="bfloat16")`` runs on a CPU where
+OpenVINO has bf16 kernels. It must agree with sentence-transformers under the same autocast (issue 16's bar), run
+one infer request per encode stream, and export once per set of weights."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from sentence_transformers import SentenceTransformer
+
+from embedkit import EmbedkitError, load_model
+from embedkit.data import doc_text
+from embedkit.models import batching, openvino_backend
+from embedkit.models.device import autocast
+from embedkit.models.openvino_backend import OpenVinoNetwork, cpu_has_bfloat16
+from embedkit.models.reference import default_model_path
+
+REPO = Path(__file__).resolve().parents[1]
+EXPORTS = REPO / ".cache" / "embedkit-home"  # the exports of test_backends.py: kept between local runs (gitignored)
+CLI = [sys.executable, "-c", "from embedkit.cli import main; main()"]
+bf16_kernels = pytest.mark.skipif(not cpu_has_bfloat16(), reason="OpenVINO has no bf16 kernels on this CPU")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def export_home():
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("EMBEDKIT_CACHE", str(EXPORTS))
+        yield EXPORTS
+
+
+@pytest.fixture(scope="module")
+def texts(scifact) -> tuple[list[str], list[str]]:
+    docs = [doc_text(scifact.corpus[i]) for i in range(0, 5183, 130)]  # 40 documents spread over the corpus
+    queries = list(scifact.split_queries("test").values())[:20]
+    return docs, queries
+
+
+@pytest.fixture(scope="module")
+def default_bf16():
+    return load_model(dtype="bfloat16", device="cpu")
+
+
+@bf16_kernels
+def test_the_default_bf16_model_runs_openvino_and_agrees_with_sentence_transformers_autocast(default_bf16, texts):
+    settings = default_bf16.settings
+    assert settings["backend"] == "openvino" and settings["dtype"] == "bfloat16"
+    config = settings["backend_config"]
+    assert config["inference_precision"] == "bf16" and config["export"] == "torch.onnx dynamo, eager attention"
+    assert isinstance(default_bf16.st[0].model, OpenVinoNetwork)
+    peer = SentenceTransformer(str(default_model_path()), device="cpu")
+    for encoded in texts:  # documents, then queries (the default model has no prompts)
+        ours = default_bf16.encode(encoded)
+        with autocast("cpu", "bfloat16"):
+            theirs = peer.encode(encoded, batch_size=16, convert_to_numpy=True)
+        cosine = (ours * theirs).sum(axis=1) / np.linalg.norm(ours, axis=1) / np.linalg.norm(theirs, axis=1)
+        print(f"openvino bf16 vs sentence-transformers autocast: min cosine {cosine.min():.6f}")
+        assert cosine.min() >= 0.9999
+        assert not np.array_equal(ours, theirs)  # really another runtime's arithmetic
+
+
+@bf16_kernels
+def test_each_stream_has_its_own_request_and_streams_give_one_streams_vectors(texts, monkeypatch):
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)  # the suite runs one thread per process; streams need two
+    try:
+        model = load_model(dtype="bfloat16", device="cpu", batch_tokens=1024)
+        assert model.backend_config["streams"] == 2
+        network, seen = model.st[0].model, []
+        forward = OpenVinoNetwork.forward
+
+        def recording(self, **features):
+            seen.append((threading.get_ident(), id(getattr(self.local, "request", None))))
+            return forward(self, **features)
+
+        monkeypatch.setattr(OpenVinoNetwork, "forward", recording)
+        docs, _ = texts
+        streamed = model.encode(docs)
+        threads = {ident for ident, _ in seen}
+        assert len(threads) == 2 and len(seen) > 4
+        requests = {ident: {request for i, request in seen if i == ident} - {id(None)} for ident in threads}
+        assert not set.intersection(*requests.values())  # no request is shared by two threads
+        monkeypatch.setattr(batching, "stream_count", lambda threads: 1)
+        alone = model.encode(docs)
+        assert np.allclose(streamed, alone, atol=1e-6)
+        assert isinstance(network, OpenVinoNetwork)
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_the_export_is_cached_per_weights_apart_from_the_onnx_backends(tiny_bert, tmp_path, monkeypatch):
+    monkeypatch.setenv("EMBEDKIT_CACHE", str(tmp_path))  # tiny_bert's weights are new every session
+    sample = ["a short text", "a somewhat longer text with more words in it", "three"]
+    exported = load_model(tiny_bert, pooling="mean", backend="openvino")
+    path = exported.st[0].model.path
+    assert [p.name for p in (tmp_path / "onnx").iterdir()] == [path.parent.name]  # no temporary left
+    assert path.parent.name.endswith("-fp32-eager")
+    again = load_model(tiny_bert, pooling="mean", backend="openvino")
+    assert again.st[0].model.path == path and len(list((tmp_path / "onnx").iterdir())) == 1  # from the cache
+    assert again.backend_config["inference_precision"] == "f32"
+    torch_model = load_model(tiny_bert, pooling="mean", device="cpu")
+    assert np.allclose(exported.encode(sample), torch_model.encode(sample), atol=1e-4)
+    load_model(tiny_bert, pooling="mean", backend="onnx")
+    assert len(list((tmp_path / "onnx").iterdir())) == 2  # the onnx backends' export (SDPA) is another file
+
+
+@bf16_kernels
+def test_a_network_that_does_not_export_falls_back_to_torch_with_a_warning(tiny_bert, tmp_path, monkeypatch):
+    monkeypatch.setenv("EMBEDKIT_CACHE", str(tmp_path))
+
+    def refuse(*args, **kwargs):
+        raise EmbedkitError("could not export BertModel to ONNX (a test)", field="backend")
+
+    monkeypatch.setattr(openvino_backend, "export_onnx", refuse)
+    with pytest.warns(UserWarning, match=r"OpenVINO cannot run this model \(.*could not export BertModel"):
+        model = load_model(tiny_bert, pooling="mean", dtype="bfloat16", device="cpu")
+    assert model.backend == "torch" and "cpu_bfloat16" in model.backend_config
+    assert not (tmp_path / "onnx").exists() or not any((tmp_path / "onnx").iterdir())  # nothing half-built left
+    with pytest.raises(EmbedkitError, match="could not export BertModel"):  # named, it fails loudly
+        load_model(tiny_bert, pooling="mean", dtype="bfloat16", backend="openvino")
+
+
+def test_bad_openvino_arguments_and_pickling(tiny_bert, tmp_path, monkeypatch):
+    with pytest.raises(EmbedkitError, match="CPU only") as error:
+        load_model(backend="openvino", device="cuda")
+    assert error.value.field == "backend"
+    monkeypatch.setenv("EMBEDKIT_CACHE", str(tmp_path))
+    model = load_model(tiny_bert, pooling="mean", backend="openvino")
+    with pytest.raises(TypeError, match="does not pickle; load the model again"):
+        pickle.dumps(model.st)
+
+
+@bf16_kernels
+def test_the_cli_default_for_bfloat16_is_recorded_in_the_manifest(tmp_path, scifact):
+    corpus = tmp_path / "corpus.jsonl"
+    rows = [{"_id": str(scifact.corpus[i]["_id"]), "text": doc_text(scifact.corpus[i])} for i in range(8)]
+    corpus.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    env = {**os.environ, "EMBEDKIT_CACHE": str(EXPORTS)}
+    args = ["encode", "--corpus", corpus, "--output", tmp_path / "emb", "--dtype", "bfloat16"]
+    done = subprocess.run([*CLI, *map(str, args)], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    settings = json.loads((tmp_path / "emb" / "manifest.json").read_text())["settings"]
+    assert settings["backend"] == "openvino" and settings["backend_config"]["inference_precision"] == "bf16"
