@@ -18,6 +18,8 @@ REPO = Path(__file__).resolve().parents[1]
 SCIFACT = (REPO.parent / "shared" / "data" / "beir" / "scifact").resolve()
 # Survives between local runs (gitignored); a clean clone encodes SciFact once per session.
 TEST_CACHE = REPO / ".cache" / "embeddings"
+# EMBEDKIT_CACHE of the backend tests: the default model's ONNX and OpenVINO exports survive between local runs too.
+EXPORT_CACHE = REPO / ".cache" / "embedkit-home"
 
 
 # Under `make test`'s two workers (pytest-xdist, one file at a time, in this order: --no-loadscope-reorder) the order
@@ -67,6 +69,24 @@ def default_model():
     from embedkit import load_model
 
     return load_model(device="cpu")
+
+
+@pytest.fixture(scope="module")
+def export_cache():
+    """EMBEDKIT_CACHE set to ``EXPORT_CACHE`` for a test module (``pytestmark = pytest.mark.usefixtures(...)``)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("EMBEDKIT_CACHE", str(EXPORT_CACHE))
+        yield EXPORT_CACHE
+
+
+@pytest.fixture(scope="module")
+def backend_texts(scifact) -> tuple[list[str], list[str]]:
+    """60 documents spread over SciFact's corpus and 20 test queries: what each inference backend is checked on."""
+    from embedkit.data import doc_text
+
+    docs = [doc_text(scifact.corpus[i]) for i in range(0, 5183, 87)]
+    queries = list(scifact.split_queries("test").values())[:20]
+    return docs, queries
 
 
 @pytest.fixture(scope="session")

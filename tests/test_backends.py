@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,10 +13,8 @@ import pytest
 from embedkit import EmbedkitError, load_model
 from embedkit.data import doc_text
 from embedkit.models import int8, onnx
+from embedkit.models.openvino_backend import cpu_has_bfloat16
 
-REPO = Path(__file__).resolve().parents[1]
-# Exports survive between local runs (gitignored), like the embeddings cache of conftest.
-ONNX_HOME = REPO / ".cache" / "embedkit-home"
 CLI = [sys.executable, "-c", "from embedkit.cli import main; main()"]
 
 # The lowest cosine to the float32 torch embeddings allowed, per backend, over 60 documents and 20 queries.
@@ -32,18 +29,12 @@ CASES = {
 }
 
 
-@pytest.fixture(scope="module", autouse=True)
-def onnx_home():
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("EMBEDKIT_CACHE", str(ONNX_HOME))
-        yield ONNX_HOME
+pytestmark = pytest.mark.usefixtures("export_cache")
 
 
 @pytest.fixture(scope="module")
-def texts(scifact) -> tuple[list[str], list[str]]:
-    docs = [doc_text(scifact.corpus[i]) for i in range(0, 5183, 87)]  # 60 documents spread over the corpus
-    queries = list(scifact.split_queries("test").values())[:20]
-    return docs, queries
+def texts(backend_texts) -> tuple[list[str], list[str]]:
+    return backend_texts
 
 
 @pytest.fixture(scope="module")
@@ -119,14 +110,20 @@ def test_bad_backend_arguments():
     assert error.value.field == "backend"
 
 
-def test_cli_backend_option(tmp_path, scifact):
-    """``embedkit encode --backend`` reaches load_model and lands in the manifest."""
+@pytest.mark.parametrize(
+    ("flags", "backend"), [(["--backend", "onnx-int8"], "onnx-int8"), (["--dtype", "bfloat16"], "openvino")]
+)
+def test_cli_backend_option(tmp_path, scifact, export_cache, flags, backend):
+    """``embedkit encode --backend`` reaches load_model and lands in the manifest; without it, bf16 on a CPU where
+    OpenVINO has bf16 kernels is recorded as the openvino backend."""
+    if backend == "openvino" and not cpu_has_bfloat16():
+        pytest.skip("OpenVINO has no bf16 kernels on this CPU")
     corpus = tmp_path / "corpus.jsonl"
     rows = [{"_id": str(scifact.corpus[i]["_id"]), "text": doc_text(scifact.corpus[i])} for i in range(8)]
     corpus.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    env = {**os.environ, "EMBEDKIT_CACHE": str(ONNX_HOME)}
-    args = ["encode", "--corpus", corpus, "--output", tmp_path / "emb", "--backend", "onnx-int8"]
+    env = {**os.environ, "EMBEDKIT_CACHE": str(export_cache)}
+    args = ["encode", "--corpus", corpus, "--output", tmp_path / "emb", *flags]
     done = subprocess.run([*CLI, *map(str, args)], capture_output=True, text=True, env=env)
     assert done.returncode == 0, done.stderr
     manifest = json.loads((tmp_path / "emb" / "manifest.json").read_text())
-    assert manifest["settings"]["backend"] == "onnx-int8" and manifest["count"] == 8
+    assert manifest["settings"]["backend"] == backend and manifest["count"] == 8

@@ -4,13 +4,8 @@ one infer request per encode stream, and export once per set of weights."""
 
 from __future__ import annotations
 
-import json
-import os
 import pickle
-import subprocess
-import sys
 import threading
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,30 +13,18 @@ import torch
 from sentence_transformers import SentenceTransformer
 
 from embedkit import EmbedkitError, load_model
-from embedkit.data import doc_text
 from embedkit.models import batching, openvino_backend
 from embedkit.models.device import autocast
 from embedkit.models.openvino_backend import OpenVinoNetwork, cpu_has_bfloat16
 from embedkit.models.reference import default_model_path
 
-REPO = Path(__file__).resolve().parents[1]
-EXPORTS = REPO / ".cache" / "embedkit-home"  # the exports of test_backends.py: kept between local runs (gitignored)
-CLI = [sys.executable, "-c", "from embedkit.cli import main; main()"]
 bf16_kernels = pytest.mark.skipif(not cpu_has_bfloat16(), reason="OpenVINO has no bf16 kernels on this CPU")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def export_home():
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("EMBEDKIT_CACHE", str(EXPORTS))
-        yield EXPORTS
+pytestmark = pytest.mark.usefixtures("export_cache")
 
 
 @pytest.fixture(scope="module")
-def texts(scifact) -> tuple[list[str], list[str]]:
-    docs = [doc_text(scifact.corpus[i]) for i in range(0, 5183, 130)]  # 40 documents spread over the corpus
-    queries = list(scifact.split_queries("test").values())[:20]
-    return docs, queries
+def texts(backend_texts) -> tuple[list[str], list[str]]:
+    return backend_texts
 
 
 @pytest.fixture(scope="module")
@@ -136,16 +119,3 @@ def test_bad_openvino_arguments_and_pickling(tiny_bert, tmp_path, monkeypatch):
     model = load_model(tiny_bert, pooling="mean", backend="openvino")
     with pytest.raises(TypeError, match="does not pickle; load the model again"):
         pickle.dumps(model.st)
-
-
-@bf16_kernels
-def test_the_cli_default_for_bfloat16_is_recorded_in_the_manifest(tmp_path, scifact):
-    corpus = tmp_path / "corpus.jsonl"
-    rows = [{"_id": str(scifact.corpus[i]["_id"]), "text": doc_text(scifact.corpus[i])} for i in range(8)]
-    corpus.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    env = {**os.environ, "EMBEDKIT_CACHE": str(EXPORTS)}
-    args = ["encode", "--corpus", corpus, "--output", tmp_path / "emb", "--dtype", "bfloat16"]
-    done = subprocess.run([*CLI, *map(str, args)], capture_output=True, text=True, env=env)
-    assert done.returncode == 0, done.stderr
-    settings = json.loads((tmp_path / "emb" / "manifest.json").read_text())["settings"]
-    assert settings["backend"] == "openvino" and settings["backend_config"]["inference_precision"] == "bf16"

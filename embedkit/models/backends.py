@@ -1,6 +1,6 @@
 """Fast CPU inference backends: dynamic int8 torch (``models/int8.py``), ONNX Runtime in float32 or dynamic int8
 (``models/onnx.py``), OpenVINO in float32 or bfloat16 (``models/openvino_backend.py``: the default of bfloat16 on a
-CPU where it is installed and has bf16 kernels), and the torch backend's own bfloat16 path on CPUs with bf16
+CPU where OpenVINO has bf16 kernels), and the torch backend's own bfloat16 path on CPUs with bf16
 instructions (``models/cpu_bfloat16.py``).
 
 Only the transformer network inside the sentence-transformers stack is swapped. Tokenisation, pooling and

@@ -104,7 +104,8 @@ def load_model(
     Every argument left as ``None`` takes the model's own value (its prompts, max length, pooling and whether it
     normalises); what is used is recorded in ``model.settings``. ``backend`` is ``torch`` (with ``dtype`` float32 or
     bfloat16/float16 autocast) or a CPU one: ``torch-int8``, ``onnx``, ``onnx-int8``, ``openvino`` (see
-    ``embedkit.models.backends``); None is ``openvino`` for bfloat16 on a CPU where it is installed, else ``torch``.
+    ``embedkit.models.backends``); None is ``openvino`` for bfloat16 on a CPU where OpenVINO has bf16 kernels (and the
+    network exports), else ``torch``.
     A local folder is recorded by its absolute path, so what is recorded reloads from any working directory.
     """
     if max_length is not None and max_length < 1:
