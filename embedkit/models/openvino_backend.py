@@ -1,10 +1,10 @@
 """The openvino backend: embedkit's own ONNX export of the network, run by OpenVINO's CPU plugin.
 
-On this project's AVX-512 BF16 CPU OpenVINO runs a bf16 MiniLM forward with each attention block fused into one
-kernel (its "MHA" subgraph) and the layer norms and residual stream kept in float32: 1.14-1.22x the torch backend's
-oneDNN bf16 path on documents, at cosine >= 0.99998 to sentence-transformers under autocast
-(``benchmarks/RESULTS.md``). So it is what ``load_model(dtype="bfloat16")`` runs on such a CPU when OpenVINO is
-installed (``pip install 'embedkit[openvino]'``); ``backend="torch"`` keeps the oneDNN path.
+On this project's AVX-512 BF16 CPU OpenVINO compiles a MiniLM forward into bf16 linears, one fused bf16 subgraph per
+attention block, and float32 layer norms and residual adds (its runtime model's precisions): 1.14-1.15x the torch
+backend's oneDNN bf16 path on documents, at cosine >= 0.99997 to sentence-transformers under autocast
+(``benchmarks/RESULTS.md``). So it is what ``load_model(dtype="bfloat16")`` runs on such a CPU (OpenVINO is a
+dependency of embedkit); ``backend="torch"`` keeps the oneDNN path.
 
 The network is exported with eager attention (plain matmul, softmax, matmul): OpenVINO fuses that pattern, while the
 graph torch's SDPA exports to (with its NaN guards) stays unfused and was only 1.06x. The model is read from the
@@ -14,6 +14,7 @@ Each encode stream (``models/cpu_streams.py``) has its own infer request on one 
 
 from __future__ import annotations
 
+import functools
 import threading
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,7 @@ from embedkit.models.onnx import (
     text_transformer,
 )
 
-OPENVINO_MISSING = "the openvino backend needs openvino, onnx and onnxscript: pip install 'embedkit[openvino]'"
+OPENVINO_MISSING = "the openvino backend needs openvino, onnx and onnxscript: pip install openvino onnx onnxscript"
 PRECISIONS = {"float32": "f32", "bfloat16": "bf16"}
 
 
@@ -46,8 +47,9 @@ def _import_openvino() -> Any:
     return openvino
 
 
+@functools.cache
 def cpu_has_bfloat16() -> bool:
-    """True where OpenVINO is installed and its CPU plugin has bf16 kernels on this processor."""
+    """True where OpenVINO is installed and its CPU plugin has bf16 kernels on this processor (asked once)."""
     try:
         openvino = _import_openvino()
     except EmbedkitError:
