@@ -12,10 +12,11 @@
 
 Encoders: sentence-transformers' own ``encode`` in two precisions, ``sentence-transformers`` (fp32: the reference)
 and ``sentence-transformers-bf16`` (inside ``torch.autocast("cpu", bfloat16)``; output as float32), and embedkit's
-``torch`` (fp32), ``torch-bf16`` (``backend="torch", dtype="bfloat16"``: on a CPU with bf16 instructions
-``models/cpu_bfloat16.py``, elsewhere the same autocast), ``openvino-bf16`` (``models/openvino_backend.py``: what
-``load_model(dtype="bfloat16")`` runs on such a CPU), ``torch-int8``, ``onnx`` and ``onnx-int8``
-(``load_model(backend=...)``; these three compute in float32).
+``torch`` (fp32), ``torch-bf16`` (``backend="torch", dtype="bfloat16"``: ``models/cpu_bfloat16.py``, its products
+in oneDNN's bf16 kernels on a CPU with bf16 instructions and in the fp32 kernels elsewhere), ``openvino-bf16``
+(``models/openvino_backend.py``: what ``load_model(dtype="bfloat16")`` runs on a CPU where OpenVINO has bf16
+kernels; elsewhere it runs ``torch-bf16``), ``torch-int8``, ``onnx`` and ``onnx-int8`` (``load_model(backend=...)``;
+these three compute in float32).
 
 sentence-transformers runs at its best batch size, not a fixed one: before the timed rounds each of its rows encodes
 the first ``--st-sweep-docs`` texts (200) once per size in ``--st-batch-sizes`` (16,32,64,128; after one untimed

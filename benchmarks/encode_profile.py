@@ -11,10 +11,12 @@ float32 NumPy row block. Batches are grouped by padded length (<=64, <=128, <=25
 is counted analytically from the model config (per sequence, per layer: 8·L·d² for the Q/K/V/output projections,
 4·L·d·ff for the feed-forward, 4·L²·d for attention scores and values; padded positions are counted as the forward
 computes them) and divided by the forward's time: the achieved GFLOP/s, as a fraction of ``torch.mm`` on 4096x4096
-matrices in the same process, precision and thread count (the best of 5). sentence-transformers' own ``encode`` (at
-``--st-batch-size``, under the same autocast) is timed whole, its FLOPs counted over its own batches (sorted by
-character length, as it does). Where the default of a dtype is not the torch backend (bf16 on a CPU where OpenVINO
-has bf16 kernels), that backend's ``encode`` is also timed whole, its work counted over the torch row's batches.
+matrices in the same process, precision and thread count (the best of 5; for bf16 on a CPU without bf16
+instructions, where embedkit's bf16 products run in the fp32 kernels, fp32's peak). sentence-transformers' own
+``encode`` (at ``--st-batch-size``, under the same autocast) is timed whole, its FLOPs counted over its own batches
+(sorted by character length, as it does). Where the default of a dtype is not the torch backend (bf16 on a CPU
+where OpenVINO has bf16 kernels), that backend's ``encode`` is also timed whole, its work counted over the torch
+row's batches.
 
 ``--target-ratio R`` turns the profile into a bound: embedkit's own ``encode`` and sentence-transformers' are timed
 in 3 alternating rounds, one more embedkit encode under ``torch.profiler`` gives the seconds its linear layers'
@@ -45,7 +47,7 @@ from encode_conditions import TEXT_KINDS, benchmark_texts
 from sentence_transformers import SentenceTransformer
 
 from embedkit import load_model
-from embedkit.models import heap
+from embedkit.models import cpu_bfloat16, heap
 from embedkit.models.batching import TextBatcher
 from embedkit.models.cpu_streams import stream_count
 from embedkit.models.device import autocast
@@ -217,6 +219,11 @@ def main() -> None:
         torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
         peak = matmul_peak(torch_dtype)
         result[f"matmul_peak_gflops_{dtype}"] = round(peak, 1)
+        peak_of = dtype
+        if dtype == "bfloat16" and not cpu_bfloat16.bf16_instructions():
+            # no bf16 instructions: embedkit's bf16 products run in the fp32 kernels, so fp32's peak is the limit
+            peak, peak_of = matmul_peak(torch.float32), "float32"
+        result[f"peak_for_{dtype}"] = {"of": peak_of, "gflops": round(peak, 1)}
         model = load_model(device="cpu", dtype=dtype, backend="torch")  # stage by stage: the torch path's loop
         model.encode(texts[:32])  # warm-up
         stages = profile_embedkit(model, texts)
@@ -248,7 +255,10 @@ def main() -> None:
         }
         if args.target_ratio:
             result[f"bound_{dtype}"] = bound(model, st, texts, dtype, args.st_batch_size)
-        print(f"{dtype}: torch.mm peak {peak:.1f} GFLOP/s")
+        print(
+            f"{dtype}: torch.mm peak {result[f'matmul_peak_gflops_{dtype}']} GFLOP/s; fractions of the {peak_of} "
+            f"peak, {peak:.1f} GFLOP/s"
+        )
     cut = f", cut to {args.max_tokens} word pieces" if args.max_tokens else ""
     print(f"\n{len(texts)} {args.dataset} {args.texts}{cut}, {threads} threads\n")
     print("| path | docs/s | tokenize s | forward s | pool s | copy s | forward GFLOP/s | of peak: forward | all |")

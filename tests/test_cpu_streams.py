@@ -12,7 +12,7 @@ import torch
 
 from embedkit import load_model
 from embedkit.data import doc_text
-from embedkit.models import batching, cpu_bfloat16
+from embedkit.models import batching
 from embedkit.models.cpu_streams import run_streams
 
 
@@ -28,9 +28,7 @@ def two_threads():
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_two_streams_give_one_streams_vectors(two_threads, scifact, monkeypatch, dtype):
     """The same batches on two threads of one torch thread each equal one stream on both threads, in both
-    precisions (bf16: the oneDNN path, whose query/key/value slices are kept per thread)."""
-    if dtype == "bfloat16" and not cpu_bfloat16.supported("cpu", dtype):
-        pytest.skip("no oneDNN bf16 on this CPU")
+    precisions (bf16: the packed path, whose query/key/value slices are kept per thread)."""
     model = load_model(dtype=dtype, device="cpu", batch_tokens=1024, backend="torch")
     texts = [doc_text(scifact.corpus[i]) for i in range(0, 5183, 52)]  # 100 documents: about 20 batches
     seen: list[tuple[str, int, int]] = []

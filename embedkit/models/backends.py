@@ -1,7 +1,7 @@
 """Fast CPU inference backends: dynamic int8 torch (``models/int8.py``), ONNX Runtime in float32 or dynamic int8
 (``models/onnx.py``), OpenVINO in float32 or bfloat16 (``models/openvino_backend.py``: the default of bfloat16 on a
-CPU where OpenVINO has bf16 kernels), and the torch backend's own bfloat16 path on CPUs with bf16
-instructions (``models/cpu_bfloat16.py``).
+CPU where OpenVINO has bf16 kernels), and the torch backend's own bfloat16 path on the CPU (``models/cpu_bfloat16.py``:
+oneDNN's bf16 kernels where the CPU has bf16 instructions, bf16 operands through the fp32 kernels elsewhere).
 
 Only the transformer network inside the sentence-transformers stack is swapped. Tokenisation, pooling and
 normalisation stay the stack's own modules, so embedkit's token-budget batching, the pooling modules after the

@@ -1,27 +1,33 @@
-"""bfloat16 inference on a CPU with bf16 matrix instructions: what ``load_model(dtype="bfloat16", backend="torch")``
-runs there (with no backend named, OpenVINO runs where it has bf16 kernels: ``models/openvino_backend.py``).
+"""bfloat16 inference on a CPU: what ``load_model(dtype="bfloat16", backend="torch")`` runs there (with no backend
+named, OpenVINO runs where it has bf16 kernels: ``models/openvino_backend.py``).
 
-Under plain ``torch.autocast`` a MiniLM forward on this project's AVX-512 CPU spent a third of its time in
-``scaled_dot_product_attention`` (about 80 GFLOP/s on 32-wide heads), and every ``nn.Linear`` re-read its weight in
-torch's layout and wrote its output before a separate GELU pass (``benchmarks/encode_profile.py``). Inference only:
+The arithmetic is autocast's: each linear and attention product takes bf16 operands, multiplies them exactly and
+sums in fp32, and rounds its output to bf16; layer norms and the residual stream stay float32 (cosine to
+sentence-transformers under autocast >= 0.99997 on SciFact). Which kernels run it depends on the CPU (``products``):
 
-- every ``nn.Linear`` of the network keeps its weight once in oneDNN's blocked bf16 layout and runs through
-  ``torch.ops.mkldnn._linear_pointwise`` (the kernel torch's own inductor uses on the CPU): an exact GELU after a
-  feed-forward's first linear is fused into it, and an attention block's query, key and value projections run as one
-  product. The products equal autocast's bf16 linears; only the fused GELU skips one rounding.
-- encoder attention (not causal, one key per query head) runs a block of sequences at a time so the bf16 score
-  block stays in the cache: bf16 ``q·kᵀ`` (as autocast's eager attention), the softmax accumulated in fp32 and rounded
-  once, bf16 ``p·v``. Where the mask only hides right padding, a block's keys stop at its longest sequence and the
-  mask is applied only to blocks that still have padding.
+- ``onednn-bf16``, on a CPU with bf16 instructions (AVX-512 BF16, AMX). Under plain autocast a MiniLM forward there
+  spent a third of its time in ``scaled_dot_product_attention`` and re-read every weight per batch. Here every
+  ``nn.Linear`` keeps its weight once in oneDNN's blocked bf16 layout and runs through
+  ``torch.ops.mkldnn._linear_pointwise`` (the kernel torch's inductor uses on the CPU), an exact GELU fused after a
+  feed-forward's first linear, query, key and value as one product.
+- ``fp32``, on a CPU without them (AVX2 only). torch's bf16 matrix product falls back there to a generic kernel,
+  about 9x slower than its fp32 one, so sentence-transformers under bf16 autocast is several times slower than in
+  fp32. Here the same bf16 operands (weights rounded once, inputs rounded per batch) go through the fp32 kernels,
+  which also multiply bf16 values exactly and sum in fp32, and each output is rounded to bf16: autocast's
+  numbers at fp32's speed (``benchmarks/RESULTS.md``, "bfloat16 on a CPU without bf16 instructions").
 
-Layer norms and the residual stream stay float32, as under autocast (cosine to sentence-transformers under autocast
-≥ 0.99997 on SciFact). With gradients enabled or in training mode both fall back to the untouched arithmetic
-(``nn.Linear``'s own ``forward``, transformers' SDPA), so training, saving and ``state_dict`` see the ordinary model.
-``benchmarks/encode.py`` measures the speed; ``tests/test_cpu_bfloat16.py`` the agreement and the fallbacks.
+Encoder attention (not causal, one key per query head) runs a block of sequences at a time so the score block stays
+in the cache, its softmax accumulated in fp32; where the mask only hides right padding, a block's keys stop at its
+longest sequence and only blocks that still have padding are masked. With gradients enabled or in training mode both
+fall back to the untouched arithmetic (``nn.Linear``'s own ``forward``, transformers' SDPA), so training, saving and
+``state_dict`` see the ordinary model. ``benchmarks/encode.py`` measures the speed; ``tests/test_cpu_bfloat16.py``
+the agreement and the fallbacks.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import threading
 import weakref
 from typing import Any
@@ -33,34 +39,49 @@ from transformers.activations import GELUActivation
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-ATTENTION = "embedkit_cpu_bfloat16"
+ONEDNN, FP32 = "onednn-bf16", "fp32"  # the kernels that run the bf16 products
+ATTENTION = {ONEDNN: "embedkit_cpu_bfloat16", FP32: "embedkit_cpu_bfloat16_fp32"}
 SCORES_PER_BLOCK = 1 << 20  # attention scores computed at once: 2 MB of bf16, cache-sized
 
 
 def supported(device: str, dtype: str) -> bool:
-    """True where this path applies: bfloat16 on a CPU whose oneDNN build has bf16 kernels."""
-    return (
-        dtype == "bfloat16"
-        and torch.device(device).type == "cpu"
-        and torch.backends.mkldnn.is_available()
-        and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    )
+    """True where this path applies: bfloat16 on the CPU."""
+    return dtype == "bfloat16" and torch.device(device).type == "cpu"
+
+
+def bf16_instructions() -> bool:
+    """True where torch's oneDNN has bf16 kernels on this CPU, so the products run in bf16 (else in fp32)."""
+    return torch.backends.mkldnn.is_available() and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
+def _fp32_kernels(products: str) -> contextlib.AbstractContextManager[Any]:
+    """Autocast off where the products run in fp32: it would send the fp32 operands to torch's bf16 kernels."""
+    return torch.autocast("cpu", enabled=False) if products == FP32 else contextlib.nullcontext()
 
 
 def _inference(module: nn.Module, x: torch.Tensor) -> bool:
     return x.device.type == "cpu" and not module.training and not torch.is_grad_enabled()
 
 
-def _matmul(rows: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, gelu: bool) -> torch.Tensor:
-    post, algorithm = ("gelu", "none") if gelu else ("none", "")
-    return torch.ops.mkldnn._linear_pointwise(rows.to(torch.bfloat16), weight, bias, post, [], algorithm)
+def _matmul(
+    rows: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, gelu: bool, products: str
+) -> torch.Tensor:
+    """``rows @ weight.T + bias`` (then GELU) on bf16 operands, rounded to bf16."""
+    if products == ONEDNN:
+        post, algorithm = ("gelu", "none") if gelu else ("none", "")
+        return torch.ops.mkldnn._linear_pointwise(rows.to(torch.bfloat16), weight, bias, post, [], algorithm)
+    with _fp32_kernels(products):
+        y = nn.functional.linear(rows.to(torch.bfloat16).float(), weight, bias)
+        return (nn.functional.gelu(y) if gelu else y).to(torch.bfloat16)
 
 
 class _Pack:
-    """The weights of one or more linears, stacked by rows, in oneDNN's bf16 layout; repacked when any changes
-    (an optimizer step), so inference after training multiplies by the trained weights."""
+    """The weights of one or more linears, stacked by rows and rounded to bf16: in oneDNN's bf16 layout, or as
+    float32 for the fp32 kernels. Repacked when any changes (an optimizer step), so inference after training
+    multiplies by the trained weights."""
 
-    def __init__(self) -> None:
+    def __init__(self, products: str) -> None:
+        self.products = products
         self.key: tuple[Any, ...] | None = None
         self.weight: torch.Tensor | None = None
         self.bias: torch.Tensor | None = None
@@ -71,11 +92,15 @@ class _Pack:
             weight = torch.cat([m.weight.detach() for m in linears]).to(torch.bfloat16)
             biases = [m.bias.detach() if m.bias is not None else m.weight.new_zeros(m.out_features) for m in linears]
             bias = None if all(m.bias is None for m in linears) else torch.cat(biases).to(torch.bfloat16)
-            self.key, self.weight, self.bias = key, torch.ops.mkldnn._reorder_linear_weight(weight), bias
+            if self.products == ONEDNN:
+                weight = torch.ops.mkldnn._reorder_linear_weight(weight)
+            else:  # bf16 values held as float32: the fp32 kernels multiply them exactly
+                weight, bias = weight.float(), None if bias is None else bias.float()
+            self.key, self.weight, self.bias = key, weight, bias
         return self.weight, self.bias
 
     def __getstate__(self) -> dict[str, Any]:  # the opaque oneDNN tensor neither pickles nor deep-copies
-        return {"key": None, "weight": None, "bias": None}
+        return {"products": self.products, "key": None, "weight": None, "bias": None}
 
 
 class _Projections:
@@ -85,7 +110,7 @@ class _Projections:
 
     def __init__(self, members: list[PackedLinear]) -> None:
         self.members = members
-        self.pack = _Pack()
+        self.pack = _Pack(members[0].products)
         self.local = threading.local()
 
     def output(self, member: PackedLinear, x: torch.Tensor) -> torch.Tensor:
@@ -94,7 +119,7 @@ class _Projections:
         pending: dict[int, torch.Tensor] = getattr(self.local, "pending", {})
         if source is None or source() is not x or slot not in pending:
             weight, bias = self.pack.of(self.members)  # type: ignore[arg-type]
-            y = _matmul(x.reshape(-1, member.in_features), weight, bias, gelu=False)
+            y = _matmul(x.reshape(-1, member.in_features), weight, bias, False, member.products)
             pending = dict(enumerate(y.split([m.out_features for m in self.members], dim=1)))
             self.local.source, self.local.pending = weakref.ref(x), pending
         y = pending.pop(slot)
@@ -103,24 +128,24 @@ class _Projections:
         return y.reshape(*x.shape[:-1], member.out_features)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"members": self.members, "pack": _Pack()}
+        return {"members": self.members, "pack": _Pack(self.members[0].products)}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state, local=threading.local())
 
 
 class PackedLinear(nn.Linear):
-    """An ``nn.Linear`` (same parameters, same ``state_dict``) that, in CPU inference, multiplies in bf16 with its
-    weight prepacked for oneDNN, optionally with an exact GELU fused after it or as one of a group of projections
-    of the same input."""
+    """An ``nn.Linear`` (same parameters, same ``state_dict``) that, in CPU inference, multiplies bf16 operands with
+    its weight packed once for ``products``' kernels, optionally with an exact GELU fused after it or as one of a
+    group of projections of the same input."""
 
-    def __init__(self, linear: nn.Linear, gelu: bool = False) -> None:
+    def __init__(self, linear: nn.Linear, gelu: bool = False, products: str = ONEDNN) -> None:
         nn.Module.__init__(self)
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.weight, self.bias = linear.weight, linear.bias
         self.training = linear.training
-        self.gelu = gelu
-        self.pack = _Pack()
+        self.gelu, self.products = gelu, products
+        self.pack = _Pack(products)
         self.group: _Projections | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -130,7 +155,7 @@ class PackedLinear(nn.Linear):
         if self.group is not None:
             return self.group.output(self, x)
         weight, bias = self.pack.of([self])
-        y = _matmul(x.reshape(-1, self.in_features), weight, bias, self.gelu)
+        y = _matmul(x.reshape(-1, self.in_features), weight, bias, self.gelu, self.products)
         return y.reshape(*x.shape[:-1], self.out_features)
 
 
@@ -165,9 +190,12 @@ def _blocked_attention(
     attention_mask: torch.Tensor | None,
     dropout: float = 0.0,
     scaling: float | None = None,
+    *,
+    products: str = ONEDNN,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, None]:
-    """Encoder attention a few sequences at a time; anything else goes to transformers' SDPA unchanged."""
+    """Encoder attention a few sequences at a time, its products in ``products``' kernels; anything else goes to
+    transformers' SDPA unchanged."""
     plain = (
         not _inference(module, query)
         or getattr(module, "is_causal", False)
@@ -185,44 +213,53 @@ def _blocked_attention(
     padded = None if masked is None or lengths is not None else masked.flatten(1).any(dim=1).tolist()
     out = torch.empty((batch, length, heads, width), dtype=value.dtype)
     step = max(1, SCORES_PER_BLOCK // (heads * length * keys))
-    for start in range(0, batch, step):
-        rows = slice(start, start + step)
-        if lengths is not None:  # keys past the block's longest sequence are padding for every row: left out
-            visible = max(lengths[rows])
-            needs_mask = min(lengths[rows]) < visible
-        else:
-            visible, needs_mask = keys, padded is not None and any(padded[rows])
-        # contiguous blocks: a strided [heads, length, width] slice of the fused projection multiplies slower
-        scores = torch.matmul(
-            query[rows].contiguous().mul_(scale), key[rows, :, :visible].contiguous().transpose(-1, -2)
-        )
-        if needs_mask:
-            scores.masked_fill_(masked[rows, ..., :visible], float("-inf"))
-        out[rows] = torch.matmul(_softmax(scores), value[rows, :, :visible]).transpose(1, 2)
+    # fp32 kernels: exact float32 copies of the bf16 operands, fp32 scores and probabilities, the output rounded
+    compute = value.dtype if products == ONEDNN else torch.float32
+    with _fp32_kernels(products):
+        for start in range(0, batch, step):
+            rows = slice(start, start + step)
+            visible, needs_mask = _visible_keys(rows, keys, lengths, padded)
+            # contiguous blocks: a strided [heads, length, width] slice of the fused projection multiplies slower
+            scores = torch.matmul(
+                query[rows].to(compute, memory_format=torch.contiguous_format).mul_(scale),
+                key[rows, :, :visible].to(compute, memory_format=torch.contiguous_format).transpose(-1, -2),
+            )
+            if needs_mask:
+                scores.masked_fill_(masked[rows, ..., :visible], float("-inf"))
+            out[rows] = torch.matmul(_softmax(scores), value[rows, :, :visible].to(compute)).transpose(1, 2)
     return out, None
 
 
-AttentionInterface.register(ATTENTION, _blocked_attention)
-AttentionMaskInterface.register(ATTENTION, sdpa_mask)
+def _visible_keys(rows: slice, keys: int, lengths: list[int] | None, padded: list[bool] | None) -> tuple[int, bool]:
+    """How many keys a block of sequences attends to, and whether it still needs the mask."""
+    if lengths is not None:  # keys past the block's longest sequence are padding for every row: left out
+        visible = max(lengths[rows])
+        return visible, min(lengths[rows]) < visible
+    return keys, padded is not None and any(padded[rows])
+
+
+for _products, _name in ATTENTION.items():
+    AttentionInterface.register(_name, functools.partial(_blocked_attention, products=_products))
+    AttentionMaskInterface.register(_name, sdpa_mask)
 
 
 PROJECTION_NAMES = (("query", "key", "value"), ("q", "k", "v"), ("q_proj", "k_proj", "v_proj"))
 
 
-def _swap_linears(network: nn.Module) -> tuple[int, int, int]:
+def _swap_linears(network: nn.Module, products: str = ONEDNN) -> tuple[int, int, int]:
     """Replace every ``nn.Linear`` by a ``PackedLinear``, fusing an exact GELU that follows a feed-forward's first
     linear and grouping an attention block's query, key and value projections."""
     fused = 0
     for module in list(network.modules()):
         act, dense = getattr(module, "intermediate_act_fn", None), getattr(module, "dense", None)
         if type(act) is GELUActivation and type(dense) is nn.Linear:  # BERT-family feed-forward: dense, then GELU
-            module.dense, module.intermediate_act_fn = PackedLinear(dense, gelu=True), nn.Identity()
+            module.dense, module.intermediate_act_fn = PackedLinear(dense, True, products), nn.Identity()
             fused += 1
     swapped = fused
     for module in list(network.modules()):
         for name, child in list(module.named_children()):
             if type(child) is nn.Linear:
-                setattr(module, name, PackedLinear(child))
+                setattr(module, name, PackedLinear(child, False, products))
                 swapped += 1
     groups = 0
     for module in list(network.modules()):
@@ -239,15 +276,17 @@ def _swap_linears(network: nn.Module) -> tuple[int, int, int]:
     return swapped, fused, groups
 
 
-def prepare(network: nn.Module) -> dict[str, Any]:
-    """Switch a transformers network to this path in place; returns what ``backend_config`` records."""
-    swapped, fused, grouped = _swap_linears(network)
+def prepare(network: nn.Module, products: str | None = None) -> dict[str, Any]:
+    """Switch a transformers network to this path in place, its products in bf16 where this CPU has bf16
+    instructions and in fp32 elsewhere (or as ``products`` says); returns what ``backend_config`` records."""
+    products = products or (ONEDNN if bf16_instructions() else FP32)
+    swapped, fused, grouped = _swap_linears(network, products)
     attention = getattr(network.config, "_attn_implementation", None)
     if attention in ("sdpa", "eager") and not getattr(network.config, "is_decoder", False):
         try:
-            network.set_attn_implementation(ATTENTION)
-            attention = ATTENTION
+            network.set_attn_implementation(ATTENTION[products])
+            attention = ATTENTION[products]
         except (ValueError, AttributeError):  # a model without transformers' attention interface keeps its own
             pass
-    config = {"onednn_linears": swapped, "fused_gelu": fused, "fused_qkv": grouped, "attention": attention}
-    return {"cpu_bfloat16": config}
+    config = {"products": products, "linears": swapped, "fused_gelu": fused, "fused_qkv": grouped}
+    return {"cpu_bfloat16": {**config, "attention": attention}}

@@ -26,7 +26,7 @@ class TrainConfig(RunConfig):
     temperature: float = 0.05
     teacher_temperature: float = 1.0  # softmax temperature of the teacher's scores (distill)
     dev_fraction: float | None = None  # carve this share of the training queries out as a dev set (seeded by seed)
-    dev_dtype: str = "float32"  # autocast of the dev evaluation (bfloat16 halves its time on a CPU)
+    dev_dtype: str = "float32"  # autocast of the dev evaluation (bfloat16 halves its time on a CPU with bf16 units)
     symmetric: bool = False
     learn_temperature: bool = False
     mini_batch_size: int | None = None  # GradCache when set
