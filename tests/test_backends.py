@@ -18,10 +18,13 @@ from embedkit.models.openvino_backend import cpu_has_bfloat16
 CLI = [sys.executable, "-c", "from embedkit.cli import main; main()"]
 
 # The lowest cosine to the float32 torch embeddings allowed, per backend, over 60 documents and 20 queries.
-# Measured here (AVX-512 VNNI CPU): bf16 >= 0.99997, both int8 >= 0.9908 (mean 0.993-0.995), onnx >= 0.999999.
+# Measured on an AVX-512 VNNI CPU: bf16 >= 0.99997, both int8 >= 0.9908 (mean 0.993-0.995), onnx >= 0.999999. On a
+# CPU without VNNI (AVX2 only) the int8 backends quantise activations to 7 bits: torch-int8's min cosine there was
+# 0.9755 and 0.9698 in two runs (mean about 0.978), onnx-int8 still >= 0.98.
+FULL_RANGE_INT8 = int8.full_range()
 CASES = {
     "torch-bfloat16": ("torch", "bfloat16", 0.999),
-    "torch-int8": ("torch-int8", "float32", 0.98),
+    "torch-int8": ("torch-int8", "float32", 0.98 if FULL_RANGE_INT8 else 0.96),
     "onnx": ("onnx", "float32", 0.99999),
     "onnx-int8": ("onnx-int8", "float32", 0.98),
     "openvino": ("openvino", "float32", 0.99999),
@@ -46,6 +49,8 @@ def reference(default_model, texts) -> tuple[np.ndarray, np.ndarray]:
 @pytest.mark.parametrize("case", list(CASES))
 def test_backend_stays_close_to_float32(case, texts, reference):
     backend, dtype, bound = CASES[case]
+    if backend == "openvino" and dtype == "bfloat16" and not cpu_has_bfloat16():
+        pytest.skip("OpenVINO has no bf16 kernels on this CPU")
     model = load_model(backend=backend, dtype=dtype, device="cpu" if backend == "torch" else None)
     docs, queries = texts
     embedded = model.encode(docs), model.encode_queries(queries)
