@@ -14,7 +14,8 @@ sentence-transformers under autocast >= 0.99997 on SciFact). Which kernels run i
   about 9x slower than its fp32 one, so sentence-transformers under bf16 autocast is several times slower than in
   fp32. Here the same bf16 operands (weights rounded once, inputs rounded per batch) go through the fp32 kernels,
   which also multiply bf16 values exactly and sum in fp32, and each output is rounded to bf16: autocast's
-  numbers at fp32's speed (``benchmarks/RESULTS.md``, "bfloat16 on a CPU without bf16 instructions").
+  numbers at 0.79-0.93x of fp32's speed, the roundings being the difference (``benchmarks/RESULTS.md``, "bfloat16
+  on a CPU without bf16 instructions").
 
 Encoder attention (not causal, one key per query head) runs a block of sequences at a time so the score block stays
 in the cache, its softmax accumulated in fp32; where the mask only hides right padding, a block's keys stop at its
@@ -70,7 +71,7 @@ def _matmul(
     if products == ONEDNN:
         post, algorithm = ("gelu", "none") if gelu else ("none", "")
         return torch.ops.mkldnn._linear_pointwise(rows.to(torch.bfloat16), weight, bias, post, [], algorithm)
-    with _fp32_kernels(products):
+    with torch.autocast("cpu", enabled=False):  # it would send the fp32 operands back to the bf16 kernels
         y = nn.functional.linear(rows.to(torch.bfloat16).float(), weight, bias)
         return (nn.functional.gelu(y) if gelu else y).to(torch.bfloat16)
 
@@ -276,10 +277,10 @@ def _swap_linears(network: nn.Module, products: str = ONEDNN) -> tuple[int, int,
     return swapped, fused, groups
 
 
-def prepare(network: nn.Module, products: str | None = None) -> dict[str, Any]:
+def prepare(network: nn.Module) -> dict[str, Any]:
     """Switch a transformers network to this path in place, its products in bf16 where this CPU has bf16
-    instructions and in fp32 elsewhere (or as ``products`` says); returns what ``backend_config`` records."""
-    products = products or (ONEDNN if bf16_instructions() else FP32)
+    instructions and in fp32 elsewhere; returns what ``backend_config`` records."""
+    products = ONEDNN if bf16_instructions() else FP32
     swapped, fused, grouped = _swap_linears(network, products)
     attention = getattr(network.config, "_attn_implementation", None)
     if attention in ("sdpa", "eager") and not getattr(network.config, "is_decoder", False):
