@@ -152,8 +152,9 @@ def write_scifact_slice(folder: Path, scifact, queries: dict[str, int], document
 
 @pytest.fixture(scope="session")
 def scifact_subset(tmp_path_factory, scifact) -> Path:
-    """A small real BEIR folder: 20 SciFact test queries, their relevant docs, and 280 other documents."""
-    return write_scifact_slice(tmp_path_factory.mktemp("scifact-subset"), scifact, {"test": 20}, 300, 300)
+    """A small real BEIR folder: 20 SciFact test queries, their relevant docs, and other documents up to 150 (a
+    dozen tests encode it into caches of their own: its size is a share of `make test`'s time)."""
+    return write_scifact_slice(tmp_path_factory.mktemp("scifact-subset"), scifact, {"test": 20}, 150, 300)
 
 
 @pytest.fixture(scope="session")
@@ -205,7 +206,7 @@ def cross_encoder(slice_mined_far, train_slice, tmp_path_factory) -> Path:
         epochs=2,
         learning_rate=1e-4,
         dev_fraction=0.2,
-        eval_steps=12,
+        eval_steps=20,  # two dev evaluations: step 20 and the last
         # bf16 halves the dev evaluations where the CPU has bf16 instructions; elsewhere torch's generic bf16 kernel
         # made this fixture take 681 s of a 44-minute CI run (2026-12-03)
         dev_dtype="bfloat16" if bf16_instructions() else "float32",

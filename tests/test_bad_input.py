@@ -497,7 +497,7 @@ CASES: list[tuple[str, Setup, str]] = [
         lambda w, a: _truncated_index(w, a, checksums=False),
         r"idx/index: not a readable FAISS index",
     ),
-    ("index-docid-mismatch", _bad_docid, r"idx: 'index' holds 300 vectors but 'docid' lists 301 ids"),
+    ("index-docid-mismatch", _bad_docid, r"idx: 'index' holds 150 vectors but 'docid' lists 151 ids"),
     ("index-meta-malformed", _broken_meta, r"idx/meta\.json:1: malformed JSON"),
     ("embeddings-missing", lambda w, a: ["index", "-e", "nowhere", "-o", "idx"], r"nowhere: not an embeddings folder"),
 ]

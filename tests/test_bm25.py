@@ -62,6 +62,7 @@ def test_unknown_backend_is_a_user_error(toy):
         bm25_searcher(toy, "lucy")
 
 
+@pytest.mark.slow  # a whole-dataset check: Lucene indexes all of SciFact (43 s of `make test` on an AVX2 CPU)
 def test_pyserini_bm25_reproduces_the_published_beir_flat_figure(scifact, scifact_reports, tmp_path):
     """pyserini's BEIR table: BM25 flat on SciFact, nDCG@10 0.6789, R@100 0.9253; bm25s within 0.01 of it."""
     from embedkit import BM25, evaluate

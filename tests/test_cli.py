@@ -25,7 +25,7 @@ def test_help_shows_an_example(verb):
 
 @pytest.fixture(scope="module")
 def pipeline(scifact_subset, tmp_path_factory):
-    """encode -> index -> search -> evaluate through the CLI on a 300-document slice of SciFact."""
+    """encode -> index -> search -> evaluate through the CLI on a 150-document slice of SciFact."""
     work = tmp_path_factory.mktemp("cli")
     steps = [
         ("encode", "--dataset", scifact_subset, "--output", work / "emb"),
@@ -83,7 +83,7 @@ def test_evaluate_writes_the_report_folder(pipeline, scifact_subset):
 
 
 def test_search_run_scores_like_evaluate(pipeline):
-    """The HNSW index searched by the CLI gives (nearly) the exact Flat evaluation's run on 300 documents."""
+    """The HNSW index searched by the CLI gives (nearly) the exact Flat evaluation's run on 150 documents."""
     from embedkit import compute_metrics, load_dataset, read_run
 
     work, _ = pipeline

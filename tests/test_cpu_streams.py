@@ -30,7 +30,7 @@ def test_two_streams_give_one_streams_vectors(two_threads, scifact, monkeypatch,
     """The same batches on two threads of one torch thread each equal one stream on both threads, in both
     precisions (bf16: the packed path, whose query/key/value slices are kept per thread)."""
     model = load_model(dtype=dtype, device="cpu", batch_tokens=1024, backend="torch")
-    texts = [doc_text(scifact.corpus[i]) for i in range(0, 5183, 52)]  # 100 documents: about 20 batches
+    texts = [doc_text(scifact.corpus[i]) for i in range(0, 5183, 104)]  # 50 documents: about 12 batches
     seen: list[tuple[str, int, int]] = []
     embed = batching.embed_features
 
@@ -40,7 +40,7 @@ def test_two_streams_give_one_streams_vectors(two_threads, scifact, monkeypatch,
 
     monkeypatch.setattr(batching, "embed_features", recording)
     streamed = model.encode(texts)
-    assert {name for name, _, _ in seen} == {"embedkit-stream"} and len(seen) > 10
+    assert {name for name, _, _ in seen} == {"embedkit-stream"} and len(seen) > 6
     assert len({ident for _, ident, _ in seen}) == 2  # both streams took batches
     assert {threads for _, _, threads in seen} == {1}
     assert torch.get_num_threads() == 2

@@ -33,8 +33,8 @@ def _complete_shards(folder: Path) -> int:
 
 @pytest.fixture
 def small_corpus(scifact_subset, tmp_path) -> Path:
-    """120 real SciFact documents: 12 shards of 10, so a run can be stopped part-way."""
-    lines = (scifact_subset / "corpus.jsonl").read_text().splitlines(keepends=True)[:120]
+    """60 real SciFact documents: 6 shards of 10, so a run can be stopped part-way."""
+    lines = (scifact_subset / "corpus.jsonl").read_text().splitlines(keepends=True)[:60]
     path = tmp_path / "corpus.jsonl"
     path.write_text("".join(lines))
     return path
@@ -128,7 +128,7 @@ def test_two_encodes_into_one_folder_at_once(small_corpus, tmp_path):
     results = [process.communicate(timeout=600) for process in same]
     assert [process.returncode for process in same] == [0, 0], results
     encoded = sorted(re.search(r"\((\d+) shards encoded now\)", out)[1] for out, _ in results)
-    assert encoded == ["0", "12"]
+    assert encoded == ["0", "6"]
     before = {p.name: p.read_bytes() for p in output.iterdir()}
     other = _encode(corpus, output, "--max-length", "64")
     first_again = _encode(corpus, output)

@@ -46,18 +46,29 @@ def ray_encode(corpus: Path, output: Path) -> list[str]:
     ]
 
 
-@pytest.fixture(scope="module")
-def slice_corpus(tmp_path_factory, scifact) -> Path:
-    """The first 300 SciFact documents: 30 shard files of 10."""
-    return write_jsonl(tmp_path_factory.mktemp("ray-corpus") / "corpus.jsonl", list(scifact.corpus.select(range(300))))
+def first_documents(tmp_path_factory, scifact, count: int) -> Path:
+    folder = tmp_path_factory.mktemp(f"ray-corpus-{count}")
+    return write_jsonl(folder / "corpus.jsonl", list(scifact.corpus.select(range(count))))
 
 
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory, slice_corpus) -> Path:
+def single_process(tmp_path_factory, corpus: Path) -> Path:
+    """The folder a plain ``encode`` (one process, no Ray) writes for ``corpus``."""
     folder = tmp_path_factory.mktemp("ray-reference") / "emb"
-    done = embedkit("encode", "--corpus", str(slice_corpus), "-o", str(folder), "--shard-size", str(SHARD_SIZE))
+    done = embedkit("encode", "--corpus", str(corpus), "-o", str(folder), "--shard-size", str(SHARD_SIZE))
     assert done.returncode == 0, done.stderr
     return folder
+
+
+@pytest.fixture(scope="module")
+def short_corpus(tmp_path_factory, scifact) -> Path:
+    """The first 60 SciFact documents: 6 shard files of 10, 3 per actor."""
+    return first_documents(tmp_path_factory, scifact, 60)
+
+
+@pytest.fixture(scope="module")
+def slice_corpus(tmp_path_factory, scifact) -> Path:
+    """The first 300 SciFact documents: 30 shard files of 10, enough to kill an actor part-way."""
+    return first_documents(tmp_path_factory, scifact, 300)
 
 
 def assert_same_folder(folder: Path, reference: Path) -> None:
@@ -71,14 +82,15 @@ def assert_same_folder(folder: Path, reference: Path) -> None:
             assert (folder / name).read_bytes() == (reference / name).read_bytes(), name
 
 
-# the clean-run twin of the killed-actor test below (127 s alone against its 220 s in CI), so `make test` keeps a
-# real Ray encode
-def test_ray_executor_writes_the_single_process_folder(tmp_path, slice_corpus, reference):
-    done = subprocess.run(ray_encode(slice_corpus, tmp_path / "emb"), capture_output=True, text=True, env=ENV)
+# the clean-run twin of the killed-actor test below, on 60 documents (the killed one needs 300 to be killed
+# part-way), so `make test` keeps a real Ray encode
+def test_ray_executor_writes_the_single_process_folder(tmp_path_factory, tmp_path, short_corpus):
+    reference = single_process(tmp_path_factory, short_corpus)
+    done = subprocess.run(ray_encode(short_corpus, tmp_path / "emb"), capture_output=True, text=True, env=ENV)
     assert done.returncode == 0, done.stderr
-    assert "300 documents in 30 shard files" in done.stdout
+    assert "60 documents in 6 shard files" in done.stdout
     assert_same_folder(tmp_path / "emb", reference)
-    again = subprocess.run(ray_encode(slice_corpus, tmp_path / "emb"), capture_output=True, text=True, env=ENV)
+    again = subprocess.run(ray_encode(short_corpus, tmp_path / "emb"), capture_output=True, text=True, env=ENV)
     assert again.returncode == 0 and "(0 shards encoded now)" in again.stdout, again.stdout + again.stderr
 
 
@@ -96,7 +108,8 @@ def encoding_actors() -> list[int]:
 
 
 @pytest.mark.slow  # 220 s of a 44-minute `make test` on an AVX2 CPU (2026-12-03); `make test-slow` runs it
-def test_killed_actor_is_replaced_and_no_shard_is_written_twice(tmp_path, slice_corpus, reference):
+def test_killed_actor_is_replaced_and_no_shard_is_written_twice(tmp_path_factory, tmp_path, slice_corpus):
+    reference = single_process(tmp_path_factory, slice_corpus)
     output = tmp_path / "emb"
     process = subprocess.Popen(
         ray_encode(slice_corpus, output), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV
@@ -126,14 +139,14 @@ def test_killed_actor_is_replaced_and_no_shard_is_written_twice(tmp_path, slice_
     assert again.returncode == 0 and "(0 shards encoded now)" in again.stdout, again.stdout + again.stderr
 
 
-def test_ray_flags_are_refused_without_the_ray_executor(tmp_path, slice_corpus):
-    done = embedkit("encode", "--corpus", str(slice_corpus), "-o", str(tmp_path / "e"), "--gpus-per-worker", "1")
+def test_ray_flags_are_refused_without_the_ray_executor(tmp_path, short_corpus):
+    done = embedkit("encode", "--corpus", str(short_corpus), "-o", str(tmp_path / "e"), "--gpus-per-worker", "1")
     assert done.returncode == 2 and done.stderr.count("\n") == 1
     assert "--gpus-per-worker does nothing without --executor ray" in done.stderr
     done = embedkit(
         "encode",
         "--corpus",
-        str(slice_corpus),
+        str(short_corpus),
         "-o",
         str(tmp_path / "e"),
         "--executor",
@@ -145,10 +158,10 @@ def test_ray_flags_are_refused_without_the_ray_executor(tmp_path, slice_corpus):
     )
     assert done.returncode == 2 and "--worker-id" in done.stderr
     done = embedkit(
-        "encode", "--corpus", str(slice_corpus), "-o", str(tmp_path / "e"), "--executor", "ray", "--num-workers", "0"
+        "encode", "--corpus", str(short_corpus), "-o", str(tmp_path / "e"), "--executor", "ray", "--num-workers", "0"
     )
     assert done.returncode == 2 and "--num-workers" in done.stderr and done.stderr.count("\n") == 1
-    done = embedkit("encode", "--corpus", str(slice_corpus), "-o", str(tmp_path / "e"), "--executor", "spark")
+    done = embedkit("encode", "--corpus", str(short_corpus), "-o", str(tmp_path / "e"), "--executor", "spark")
     assert done.returncode == 2 and "--executor" in done.stderr
     assert not (tmp_path / "e").exists()
 

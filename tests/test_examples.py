@@ -1,4 +1,4 @@
-"""Every script in examples/ runs, as a user would run it, on real data (a 300-document slice of SciFact)."""
+"""Every script in examples/ runs, as a user would run it, on real data (a 150-document slice of SciFact)."""
 
 from __future__ import annotations
 

@@ -22,6 +22,9 @@ def toy_beir(tmp_path_factory, scifact) -> Path:
     return write_scifact_slice(tmp_path_factory.mktemp("toy-beir"), scifact, {"train": 20, "test": 20}, 240, 400)
 
 
+# a benchmark script's test (149 s of `make test` on an AVX2 CPU, 2026-12-03); the objectives it runs are tested in
+# test_pretrain_end_to_end.py, and `make test-slow` runs this one
+@pytest.mark.slow
 def test_the_from_scratch_study_runs_end_to_end_and_resumes(toy_beir, tmp_path):
     output = tmp_path / "study"
     command = [sys.executable, str(SCRIPT), "--from-scratch", "--toy", "--dataset", str(toy_beir)]

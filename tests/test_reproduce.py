@@ -22,6 +22,7 @@ def test_packaged_table_parses():
     assert scifact.expected == {"ndcg_at_10": 0.6789, "recall_at_100": 0.9253} and scifact.tolerance == 0.001
 
 
+@pytest.mark.slow  # a whole-dataset check (63 s of `make test` on an AVX2 CPU); the cases below run the runner on a cut
 def test_scifact_rows_pass(tmp_path):
     only = ["bm25-flat.scifact", "bm25s.scifact", "all-minilm-l6-v2.scifact", "bm25-flat.nfcorpus"]
     args = [arg for name in only for arg in ("--only", name)]

@@ -29,18 +29,20 @@ def reproduce(
     Example: [bold]embedkit reproduce --only bm25-flat.scifact --only all-minilm-l6-v2.scifact[/bold]
     """
     from embedkit.outputs import check_output_folder
+    from embedkit.reproduce.conditions import load_conditions, select
 
-    if not list_only:  # the folder gathers one report folder per condition and the table: never someone else's
-        check_output_folder(output, "reproduction", overwrite=True)
-    from embedkit.reproduce.runner import load_conditions
+    conditions, meta = load_conditions(config)  # a bad table or id is refused before torch is imported
+    if list_only:
+        for condition in conditions:
+            typer.echo(f"{condition.id}: {condition.description}")
+        return
+    select(conditions, only, meta["path"])
+    # the folder gathers one report folder per condition and the table: never someone else's
+    check_output_folder(output, "reproduction", overwrite=True)
     from embedkit.reproduce.runner import reproduce as run_reproductions
     from embedkit.reproduce.table import render_reproduction_html, render_reproduction_markdown
     from embedkit.storage import write_json, write_text
 
-    if list_only:
-        for condition in load_conditions(config)[0]:
-            typer.echo(f"{condition.id}: {condition.description}")
-        return
     result = run_reproductions(config, only, output=output, data_dir=data_dir, cache_dir=cache_dir)
     write_json(output / "reproduce.json", {"format": "embedkit.reproduction/1", **result})
     write_text(output / "reproduce.md", render_reproduction_markdown(result))

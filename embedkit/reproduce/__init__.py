@@ -5,8 +5,8 @@ from typing import TYPE_CHECKING
 from embedkit._lazy import lazy_exports
 
 _EXPORTS = {
-    "Condition": "embedkit.reproduce.runner",
-    "load_conditions": "embedkit.reproduce.runner",
+    "Condition": "embedkit.reproduce.conditions",
+    "load_conditions": "embedkit.reproduce.conditions",
     "reproduce": "embedkit.reproduce.runner",
 }
 __all__ = [
@@ -17,4 +17,5 @@ __all__ = [
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 if TYPE_CHECKING:
-    from embedkit.reproduce.runner import Condition, load_conditions, reproduce
+    from embedkit.reproduce.conditions import Condition, load_conditions
+    from embedkit.reproduce.runner import reproduce

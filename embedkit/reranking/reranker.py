@@ -2,8 +2,9 @@
 
 The pairs go to ``CrossEncoder.predict`` (which batches them by length); embedkit adds what a pipeline needs around
 it: the run in and out (every query and every hit kept, the hits below ``depth`` left in their order beneath the
-re-scored ones), each (query, document) pair scored once however many runs share it, bf16/fp16 autocast, and a
-record of the settings that change a score.
+re-scored ones), each (query, document) pair scored once however many runs share it, bf16/fp16 autocast (on a CPU,
+bf16 runs the encoder's own kernels, ``models/cpu_bfloat16.py``: torch's generic bf16 product is about 9x slower than
+fp32 on a CPU without bf16 instructions), and a record of the settings that change a score.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from torch import nn
 from embedkit.data.beir import BeirDataset, load_dataset
 from embedkit.data.trec import ranked
 from embedkit.errors import EmbedkitError
+from embedkit.models import cpu_bfloat16
 from embedkit.models.device import autocast, pick_device
 from embedkit.models.reference import weights_sha256
 from embedkit.protocols import Run
@@ -56,9 +58,12 @@ class CrossEncoderReranker:
             self.weights_sha256 = weights_sha256(reference.path) if reference.path.is_dir() else None
             self.device = pick_device(settings.device)
             model = CrossEncoder(str(reference.path), max_length=settings.max_length, device=self.device)
+            bf16_on_cpu = cpu_bfloat16.supported(self.device, settings.dtype)
+            self.backend_config = cpu_bfloat16.prepare(model.model) if bf16_on_cpu else {}
             keep_head_in_float32(model)
         else:
             self.name, self.weights_sha256, self.device = settings.model, None, str(model.device)
+            self.backend_config = {}
         if model.num_labels != 1:
             raise EmbedkitError(f"scores with one label; this model has {model.num_labels}", field="reranker")
         self.model = model
@@ -73,6 +78,7 @@ class CrossEncoderReranker:
             "weights_sha256": self.weights_sha256,
             "max_length": int(self.model.max_length),
             "scores": "logits",
+            "backend_config": self.backend_config,
         }
 
     def score(self, pairs: Sequence[tuple[str, str]]) -> np.ndarray:
