@@ -19,7 +19,9 @@ $(VENV)/.installed: $(BIN)/activate pyproject.toml
 	$(BIN)/pip install --quiet -e .
 	touch $@
 
-$(VENV)/.installed-dev: $(VENV)/.installed
+# One resolve for the dev install (a clean clone's `make test`), not the plain install and then the extras.
+$(VENV)/.installed-dev: $(BIN)/activate pyproject.toml
+	$(BIN)/pip install --quiet torch==2.13.0
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $@
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import subprocess
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -234,10 +235,34 @@ def tiny_bert(tmp_path_factory) -> Path:
     return folder
 
 
+def embedkit_here(*args) -> subprocess.CompletedProcess:
+    """``embedkit ARGS`` run by the CLI's own ``main`` in this process: its exit code, stdout and stderr as a
+    subprocess would give them, without a fresh interpreter importing torch and sentence-transformers (about 10 s a
+    call on the 2-core AVX2 CPU). An exception the CLI does not turn into an exit code is raised here, not printed.
+    Tests of signals, locks between processes and the entry point itself keep real subprocesses."""
+    import contextlib
+    import io
+
+    from transformers.utils import logging as transformers_logging
+
+    from embedkit.cli import main
+
+    # what main()'s HF_HUB_DISABLE_PROGRESS_BARS does in a fresh process: transformers read it when first imported
+    transformers_logging.disable_progress_bar()
+    argv = [str(arg) for arg in args]
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        try:
+            main(argv)
+            code = 0
+        except SystemExit as exit:
+            code = exit.code if isinstance(exit.code, int) else int(exit.code is not None)
+    return subprocess.CompletedProcess(["embedkit", *argv], code, stdout.getvalue(), stderr.getvalue())
+
+
 def kill_when(command: list[str], ready, timeout: float = 300.0) -> None:
     """Run ``command`` and SIGKILL it as soon as ``ready()`` is true (a real kill, mid-run)."""
     import signal
-    import subprocess
     import time
 
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

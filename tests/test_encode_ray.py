@@ -83,7 +83,10 @@ def assert_same_folder(folder: Path, reference: Path) -> None:
 
 
 # the clean-run twin of the killed-actor test below, on 60 documents (the killed one needs 300 to be killed
-# part-way), so `make test` keeps a real Ray encode
+# part-way). Starting a local Ray cluster and its actors alone takes about 2 minutes on the 2-core AVX2 CPU (151 s of
+# a 25-minute `make test`, 2026-12-03), so both real Ray encodes run in `make test-slow`; `make test` keeps the
+# refusals below.
+@pytest.mark.slow
 def test_ray_executor_writes_the_single_process_folder(tmp_path_factory, tmp_path, short_corpus):
     reference = single_process(tmp_path_factory, short_corpus)
     done = subprocess.run(ray_encode(short_corpus, tmp_path / "emb"), capture_output=True, text=True, env=ENV)

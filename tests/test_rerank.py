@@ -6,21 +6,19 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import numpy as np
 import pytest
 import torch
-from conftest import REPO, TEST_CACHE
+from conftest import TEST_CACHE, embedkit_here
 
 from embedkit import compute_metrics, load_dataset
 from embedkit.data.trec import read_run, write_run
 
-CLI = [sys.executable, "-m", "embedkit"]
-
 
 def embedkit(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([*CLI, *map(str, args)], capture_output=True, text=True, cwd=REPO)
+    """The CLI in this process (``conftest.embedkit_here``): a fresh interpreter costs about 10 s a call here."""
+    return embedkit_here(*args)
 
 
 @pytest.fixture(scope="module")

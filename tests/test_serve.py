@@ -57,7 +57,7 @@ def subset(scifact_subset):
 
 @pytest.fixture(scope="module")
 def served_index(subset, default_model, tmp_path_factory) -> Path:
-    """A Flat index of the 300-document SciFact subset, recording the default model (the server loads it from there)."""
+    """A Flat index of the 150-document SciFact subset, recording the default model (the server loads it from there)."""
     from embedkit.index.faiss_index import Index
 
     vectors = default_model.encode_corpus(subset.corpus)
@@ -145,7 +145,7 @@ def test_search_equals_the_library(server, subset, default_model, queries, expec
         "path": None,
         "factory": "Flat",
         "metric": "ip",
-        "count": 300,
+        "count": 150,
         "dim": 384,
         "search_params": {},
     }
@@ -364,7 +364,7 @@ def test_search_page_in_headless_chromium(server, queries, tmp_path):
             page = Devtools(socket)
             about = "document.getElementById('about').textContent"
             page.wait_for(f"document.readyState === 'complete' && !{about}.includes('loading')")
-            assert "300 documents" in page.evaluate(about)
+            assert "150 documents" in page.evaluate(about)
             page.evaluate("document.getElementById('q').focus()")
             page.type(queries[3])
             assert page.evaluate("document.getElementById('q').value") == queries[3]

@@ -30,6 +30,8 @@ INTERRUPTED = 130
 
 
 def _register() -> None:
+    if app.registered_commands:  # main() run again in one process (a test, a notebook): already registered
+        return
     from embedkit.cli import (
         compare,
         distill_static,
