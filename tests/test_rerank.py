@@ -125,7 +125,7 @@ def test_bfloat16_on_the_cpu_scores_as_autocast_does(cross_encoder, slice_data):
     scores = reranker.score(pairs)
     kernels = reranker.describe()["backend_config"]["cpu_bfloat16"]
     assert kernels["products"] == (ONEDNN if bf16_instructions() else FP32) and kernels["attention"] != "sdpa"
-    # 96 pairs on an AVX2 CPU: at most 0.0036 apart on a spread of 1.12, correlation 0.99999 (2026-12-03)
+    # 96 pairs on an AVX2 CPU: at most 0.0064 apart on a spread of 1.09, correlation 0.99998 (2026-12-03)
     assert np.abs(scores - expected).max() < 0.01 * float(np.ptp(expected)), (scores, expected)
     assert np.corrcoef(scores, expected)[0, 1] > 0.9999
 
