@@ -36,14 +36,14 @@ def reproduce(
         for condition in conditions:
             typer.echo(f"{condition.id}: {condition.description}")
         return
-    select(conditions, only, meta["path"])
+    conditions = select(conditions, only, meta["path"])
     # the folder gathers one report folder per condition and the table: never someone else's
     check_output_folder(output, "reproduction", overwrite=True)
-    from embedkit.reproduce.runner import reproduce as run_reproductions
+    from embedkit.reproduce.runner import run_conditions
     from embedkit.reproduce.table import render_reproduction_html, render_reproduction_markdown
     from embedkit.storage import write_json, write_text
 
-    result = run_reproductions(config, only, output=output, data_dir=data_dir, cache_dir=cache_dir)
+    result = run_conditions(conditions, meta, output, data_dir, cache_dir)
     write_json(output / "reproduce.json", {"format": "embedkit.reproduction/1", **result})
     write_text(output / "reproduce.md", render_reproduction_markdown(result))
     write_text(output / "report.html", render_reproduction_html(result))

@@ -89,7 +89,17 @@ def reproduce(
 ) -> dict[str, Any]:
     """Run the conditions of ``config`` (default: the packaged table), or those named in ``only``."""
     conditions, meta = load_conditions(config)
-    conditions = select(conditions, only, meta["path"])
+    return run_conditions(select(conditions, only, meta["path"]), meta, output, data_dir, cache_dir)
+
+
+def run_conditions(
+    conditions: list[Condition],
+    meta: dict[str, Any],
+    output: str | Path | None = None,
+    data_dir: str | Path | None = None,
+    cache_dir: str | Path | None = None,
+) -> dict[str, Any]:
+    """Run conditions already read by ``load_conditions`` (whose ``meta`` the table records)."""
     output = None if output is None else Path(output)
     rows = [run_condition(condition, output, data_dir, cache_dir) for condition in conditions]
     for row in rows:  # keep the table small; each row's full report is in its own folder
