@@ -5,6 +5,8 @@ one infer request per encode stream, and export once per set of weights."""
 from __future__ import annotations
 
 import pickle
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -119,3 +121,44 @@ def test_bad_openvino_arguments_and_pickling(tiny_bert, tmp_path, monkeypatch):
     model = load_model(tiny_bert, pooling="mean", backend="openvino")
     with pytest.raises(TypeError, match="does not pickle; load the model again"):
         pickle.dumps(model.st)
+
+
+FIRST_INFERS_AT_ONCE = """
+import sys, threading
+import numpy as np
+from embedkit.models.openvino_backend import OpenVinoNetwork
+network = OpenVinoNetwork(sys.argv[1], None, "float32", 2)
+feeds = {name: np.ones((4, 12), dtype=np.int64) for name in network.input_names}
+barrier = threading.Barrier(2)
+def infer():  # what an encode stream's forward does, with no Python work between the threads' first copies
+    request = network.compiled.create_infer_request()
+    barrier.wait()
+    request.infer(feeds)
+    request.get_output_tensor(0).data.copy()
+threads = [threading.Thread(target=infer) for _ in range(2)]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+print("both infers returned")
+"""
+
+
+def test_two_streams_first_infers_at_once_on_a_fresh_network_do_not_deadlock(tiny_bert, tmp_path, monkeypatch):
+    """OpenVINO's binding initialises a static on its first array copy while releasing the GIL: two threads making
+    that first copy at once deadlocked in 11 of 20 fresh processes before the network ran one batch on load (a real
+    encode hung so in ``benchmarks/encode.py``). The static lives per process, so each try is a fresh interpreter;
+    a hang holds the GIL, so it is caught by the timeout from outside."""
+    monkeypatch.setenv("EMBEDKIT_CACHE", str(tmp_path))
+    path = load_model(tiny_bert, pooling="mean", backend="openvino").st[0].model.path
+    command = [sys.executable, "-c", FIRST_INFERS_AT_ONCE, str(path)]
+    for _ in range(2):  # two fresh processes at a time on the 2-core machine
+        tries = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+        for process in tries:
+            try:
+                out, err = process.communicate(timeout=90)
+            except subprocess.TimeoutExpired:
+                for other in tries:
+                    other.kill()
+                pytest.fail("two first infers on a fresh OpenVINO network deadlocked")
+            assert process.returncode == 0 and out.strip() == "both infers returned", err

@@ -19,6 +19,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from sentence_transformers import SentenceTransformer
 
@@ -91,6 +92,19 @@ class OpenVinoNetwork(torch.nn.Module):
             },
         )
         self.local = threading.local()
+        self._first_inference_here()
+
+    def _first_inference_here(self) -> None:
+        """Run one tiny batch on the loading thread, before any encode stream exists.
+
+        OpenVINO's Python binding fills a function-local static (pybind11's numpy API) on its first array copy, and
+        that initialiser releases the GIL: when two streams made the first copies at once, one held the static's
+        guard waiting for the GIL while the other held the GIL waiting for the guard, and the encode hung for ever
+        (11 of 20 fresh processes on the AVX-512 BF16 / AMX CPU, 2026-12-04). Once filled, the static is never
+        initialised again, so this one call removes the race; the request becomes this thread's own."""
+        request = self.local.request = self.compiled.create_infer_request()
+        request.infer({name: np.ones((1, 2), dtype="int64") for name in self.input_names})
+        request.get_output_tensor(0).data.copy()
 
     @property
     def device(self) -> torch.device:
