@@ -144,10 +144,12 @@ def test_blocked_attention_matches_sdpa_across_blocks_and_padding(products):
     module = torch.nn.Module().eval()
     module.is_causal = False
     assert cpu_bfloat16.SCORES_PER_BLOCK // (heads * length * length) < batch  # more than one block
+    inputs = [t.clone() for t in (q, k, v)]
     with torch.inference_mode():
         ours, _ = cpu_bfloat16._blocked_attention(module, q, k, v, keep, scaling=width**-0.5, products=products)
         exact, _ = sdpa_attention_forward(module, q.float(), k.float(), v.float(), keep, scaling=width**-0.5)
         bf16, _ = sdpa_attention_forward(module, q, k, v, keep, scaling=width**-0.5)
+    assert all(torch.equal(t, before) for t, before in zip((q, k, v), inputs))  # the caller's tensors untouched
     assert ours.dtype == torch.bfloat16
     error = (ours.float() - exact).norm() / exact.norm()
     bf16_error = (bf16.float() - exact).norm() / exact.norm()

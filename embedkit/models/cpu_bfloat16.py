@@ -222,13 +222,20 @@ def _blocked_attention(
             visible, needs_mask = _visible_keys(rows, keys, lengths, padded)
             # contiguous blocks: a strided [heads, length, width] slice of the fused projection multiplies slower
             scores = torch.matmul(
-                query[rows].to(compute, memory_format=torch.contiguous_format).mul_(scale),
-                key[rows, :, :visible].to(compute, memory_format=torch.contiguous_format).transpose(-1, -2),
+                _own_contiguous(query[rows], compute).mul_(scale),
+                _own_contiguous(key[rows, :, :visible], compute).transpose(-1, -2),
             )
             if needs_mask:
                 scores.masked_fill_(masked[rows, ..., :visible], float("-inf"))
             out[rows] = torch.matmul(_softmax(scores), value[rows, :, :visible].to(compute)).transpose(1, 2)
     return out, None
+
+
+def _own_contiguous(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A contiguous copy of ``x`` in ``dtype``, free to write over. ``x.to(dtype, memory_format=contiguous_format)``
+    returns ``x`` itself when the dtype already matches (torch keeps a strided view whose suggested format is
+    contiguous), so scaling it in place scaled the caller's query (found by the tests on the AMX CPU)."""
+    return torch.empty(x.shape, dtype=dtype).copy_(x)
 
 
 def _visible_keys(rows: slice, keys: int, lengths: list[int] | None, padded: list[bool] | None) -> tuple[int, bool]:
