@@ -50,7 +50,7 @@ def test_two_streams_give_one_streams_vectors(two_threads, scifact, monkeypatch,
     alone = model.encode(texts)
     assert {ident for _, ident, _ in seen} == {threading.get_ident()}
     assert {threads for _, _, threads in seen} == {2}
-    # MKL's fp32 products on the AMX CPU sum in another order on 2 threads than on 1: close, not always equal
+    # torch's fp32 products on the AMX CPU sum in another order on 2 threads than on 1: close, not always equal
     assert np.allclose(streamed, alone, rtol=0, atol=1e-6)
     torch.set_num_threads(1)  # one stream on one thread: each batch multiplied exactly as a stream did
     assert np.array_equal(streamed, model.encode(texts))

@@ -7,7 +7,7 @@ streams of one thread each on this project's 2-core CPU, 2,048-token batches, on
 (``benchmarks/RESULTS.md``): bf16 1.07-1.08x one stream on documents, 64-token documents and queries, fp32 1.04x;
 with two busy processes on the machine 3.2x sentence-transformers bf16, where one stream (with a budget that grew
 under load) was 1.15x. Every stream multiplies the same batches the same way, so the vectors are bit-identical to
-one stream's on one thread (MKL's fp32 products on 2 threads may sum in another order: 1e-6 on the AMX
+one stream's on one thread (torch's fp32 products on 2 threads may sum in another order: 1e-6 on the AMX
 CPU). Measured on 2 cores only: above ``MAX_STREAMS`` threads each stream gets several intra-op threads.
 
 ``torch.set_num_threads`` is process-wide for threads that start torch later: it is set per stream and put back when
