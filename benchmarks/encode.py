@@ -9,6 +9,7 @@
     python benchmarks/encode.py --texts train-queries --docs all   # short texts: SciFact's 809 training queries
     python benchmarks/encode.py --max-tokens 64                    # documents cut to 64 word pieces
     python benchmarks/encode.py --ndcg --static runs/minilm-static --plot benchmarks/encode_speed_ndcg.png
+    python benchmarks/encode.py --device cuda --docs all              # on a GPU: the torch rows, bf16 and fp32
 
 Encoders: sentence-transformers' own ``encode`` in two precisions, ``sentence-transformers`` (fp32: the reference)
 and ``sentence-transformers-bf16`` (inside ``torch.autocast("cpu", bfloat16)``; output as float32), and embedkit's
@@ -36,6 +37,14 @@ Peak RSS: each encoder is loaded again in a child process of its own that encode
 resident memory (Linux ``VmHWM``: Python, torch, the model, its activations) is reported next to the child's peak
 before the model was loaded (imports and texts alone), so the difference is the encoder's own cost.
 
+Every row also reports its useful work per second: the texts' tokens as the model sees them (truncated, with
+special tokens, no padding) and the FLOPs of their unpadded forward, as a fraction of ``torch.mm``'s peak at the
+row's precision on the same device, measured in this process after the rounds (``encode_report.py``).
+
+``--device cuda``: everything above on a GPU. Only the encoders that run there are allowed (the sentence-transformers
+rows, ``torch``, ``torch-bf16``; by default those four), embedkit's budget is its GPU default (65,536 padded tokens),
+and the peer's sweep defaults to 32/64/128/256/512.
+
 ``--ndcg``: nDCG@10 and recall@100 on the dataset's test split per encoder: the full corpus and the test queries
 encoded with that encoder (the timed embeddings are reused when ``--docs all``), exact inner-product search (a FAISS
 Flat index) and embedkit's metrics (pytrec_eval). Results go to ``--output`` as JSON too.
@@ -61,15 +70,15 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import numpy as np
 import torch
-from encode_conditions import TEXT_KINDS, benchmark_texts, cpu_load, plot_speed_vs_ndcg
+from encode_conditions import TEXT_KINDS, benchmark_texts, cpu_load
+from encode_report import cosine_stats, matmul_peak, ndcg_on_test, plot_speed_vs_ndcg, print_table, text_work
 from peak_memory import peak_rss_mib
 from sentence_transformers import SentenceTransformer
 
 from embedkit import load_dataset, load_model
-from embedkit.data import doc_text
 from embedkit.errors import EmbedkitError
 from embedkit.models import heap
-from embedkit.models.device import autocast
+from embedkit.models.device import DTYPES, autocast, pick_device
 from embedkit.models.reference import default_model_path
 
 REFERENCE = "sentence-transformers"
@@ -85,20 +94,22 @@ BACKENDS: dict[str, dict[str, str]] = {
     "onnx-int8": {"backend": "onnx-int8"},
     "openvino-bf16": {"backend": "openvino", "dtype": "bfloat16"},
 }
+GPU_ENCODERS = (*ST_ROWS, "torch", "torch-bf16")  # the rows that run on a CUDA device
+GPU_SWEEP = "32,64,128,256,512"
 Encoder = Callable[[list[str]], np.ndarray]
 
 
 class StEncoder:
     """sentence-transformers' own ``encode``; ``batch_size`` is settable so the sweep can reuse the loaded model."""
 
-    def __init__(self, dtype: str, batch_size: int) -> None:
-        self.st = SentenceTransformer(str(default_model_path()), device="cpu")
-        self.dtype = dtype
+    def __init__(self, dtype: str, batch_size: int, device: str = "cpu") -> None:
+        self.st = SentenceTransformer(str(default_model_path()), device=device)
+        self.dtype, self.device = dtype, device
         self.batch_size = batch_size
 
     def __call__(self, texts: list[str]) -> np.ndarray:
         # embedkit's own autocast helper, so the bf16 rows of both libraries run under the very same context
-        with autocast("cpu", self.dtype):
+        with autocast(self.device, self.dtype):
             embeddings = self.st.encode(texts, batch_size=self.batch_size, convert_to_numpy=True)
         return np.asarray(embeddings, dtype=np.float32)
 
@@ -119,17 +130,17 @@ def _st_peer(name: str) -> str:
 
 
 def _encoders(
-    names: list[str], st_batch_size: int, static: Path | None = None
+    names: list[str], st_batch_size: int, static: Path | None = None, device: str = "cpu"
 ) -> tuple[dict[str, Encoder], dict[str, Any]]:
     """Load every encoder; returns their encode functions and the embedkit models (for settings and queries)."""
     encoders: dict[str, Encoder] = {}
     models: dict[str, Any] = {}
     for name in names:
         if name in ST_ROWS:
-            encoders[name] = StEncoder(ST_ROWS[name], st_batch_size)
+            encoders[name] = StEncoder(ST_ROWS[name], st_batch_size, device)
             continue
         start = time.perf_counter()
-        model = load_model(static, device="cpu") if name == STATIC else load_model(device="cpu", **BACKENDS[name])
+        model = load_model(static, device=device) if name == STATIC else load_model(device=device, **BACKENDS[name])
         print(f"loaded {name} in {time.perf_counter() - start:.1f} s (an ONNX export is cached after its first run)")
         encoders[name] = lambda texts, model=model: model.encode(texts, show_progress=False)
         models[name] = model
@@ -181,17 +192,6 @@ def _rounds(
     return rates, embedded
 
 
-def _cosine_stats(a: np.ndarray, b: np.ndarray) -> dict[str, float]:
-    cosines = _cosines(a, b)
-    return {"min": round(float(cosines.min()), 6), "mean": round(float(cosines.mean()), 6)}
-
-
-def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    a = a / np.linalg.norm(a, axis=1, keepdims=True)
-    b = b / np.linalg.norm(b, axis=1, keepdims=True)
-    return (a * b).sum(axis=1)
-
-
 def child(args: argparse.Namespace) -> None:
     """One encoder in a fresh process: its peak RSS over loading and one encode of the texts.
 
@@ -199,14 +199,14 @@ def child(args: argparse.Namespace) -> None:
     """
     texts = json.loads(Path(args.texts_file).read_text())
     before = peak_rss_mib()
-    encoders, _ = _encoders([args.child], args.st_sizes[0])
+    encoders, _ = _encoders([args.child], args.st_sizes[0], device=args.device)
     encoders[args.child](texts)
     print(json.dumps({"rss_before_load_mb": round(before, 1), "peak_rss_mb": round(peak_rss_mib(), 1)}))
 
 
-def _peak_rss(texts_file: Path, name: str, st_batch_size: int) -> dict[str, float] | None:
+def _peak_rss(texts_file: Path, name: str, st_batch_size: int, device: str) -> dict[str, float] | None:
     """``st_batch_size``: the batch the sweep chose, so a sentence-transformers child holds the activations it timed."""
-    command = [sys.executable, __file__, "--child", name, "--texts-file", str(texts_file)]
+    command = [sys.executable, __file__, "--child", name, "--texts-file", str(texts_file), "--device", device]
     command += ["--st-batch-sizes", str(st_batch_size)]
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
@@ -215,40 +215,18 @@ def _peak_rss(texts_file: Path, name: str, st_batch_size: int) -> dict[str, floa
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def _ndcg(encode: Encoder, model: Any, data: Any, corpus_embeddings: np.ndarray | None) -> dict[str, float]:
-    """nDCG@10 and recall@100 on the test split: exact inner-product (Flat) search, embedkit's metrics."""
-    from embedkit.evaluation.metrics import compute_metrics
-    from embedkit.index.faiss_index import Index
-
-    corpus = data.corpus
-    if corpus_embeddings is None:
-        corpus_embeddings = encode([doc_text(doc) for doc in corpus])
-    qrels, queries = data.qrels("test"), data.split_queries("test")
-    query_ids = list(queries)
-    texts = [queries[q] for q in query_ids]
-    # embedkit's query side adds the model's query prompt (none for all-MiniLM-L6-v2); sentence-transformers' doesn't.
-    query_embeddings = model.encode_queries(texts) if model is not None else encode(texts)
-    index = Index.build(corpus_embeddings, [str(i) for i in corpus["_id"]], factory="Flat", metric="ip", use_gpu=False)
-    scores, hits = index.search(query_embeddings, 100)
-    run = {
-        q: {doc: float(s) for doc, s in zip(row_hits, row_scores)}
-        for q, row_hits, row_scores in zip(query_ids, hits, scores)
-    }
-    means, _ = compute_metrics(qrels, run)
-    return {"ndcg_at_10": round(means["ndcg_at_10"], 4), "recall_at_100": round(means["recall_at_100"], 4)}
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dataset", default="scifact", help="BEIR dataset name or folder")
     parser.add_argument("--docs", default="1000", help="documents timed: a number or 'all'")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--backends", default=",".join([*ST_ROWS, *BACKENDS]), help="comma-separated encoders")
+    parser.add_argument("--backends", help="comma-separated encoders (default: every one that runs on --device)")
     parser.add_argument(
         "--st-batch-sizes",
-        default="16,32,64,128",
-        help="sentence-transformers batch sizes to sweep before timing (the fastest is timed); one size: no sweep",
+        help="sentence-transformers batch sizes to sweep before timing (the fastest is timed); one size: no sweep "
+        f"(default 16,32,64,128; {GPU_SWEEP} with --device cuda)",
     )
+    parser.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]")
     parser.add_argument("--st-sweep-docs", type=int, default=200, help="texts the batch-size sweep encodes")
     parser.add_argument("--ndcg", action="store_true", help="also nDCG@10 on the test split per encoder")
     parser.add_argument("--no-rss", dest="rss", action="store_false", help="skip the per-encoder child processes")
@@ -266,6 +244,13 @@ def main() -> None:
     args = parser.parse_args()
     if args.docs != "all" and not args.docs.isdigit():
         parser.error("--docs takes a number or 'all'")
+    try:
+        args.device = pick_device(args.device)
+    except EmbedkitError as error:
+        parser.error(f"--device: {error}")
+    on_gpu = torch.device(args.device).type == "cuda"
+    if args.st_batch_sizes is None:
+        args.st_batch_sizes = GPU_SWEEP if on_gpu else "16,32,64,128"
     sizes = [size.strip() for size in args.st_batch_sizes.split(",") if size.strip()]
     if not sizes or not all(size.isdigit() and int(size) > 0 for size in sizes):
         parser.error("--st-batch-sizes takes comma-separated positive numbers")
@@ -286,21 +271,25 @@ def main() -> None:
         run_executors(args.dataset, docs, args.rounds, args.shard_size, args.ray_workers, args.output)
         return
 
-    names = [name.strip() for name in args.backends.split(",") if name.strip()]
+    default_names = GPU_ENCODERS if on_gpu else [*ST_ROWS, *BACKENDS]
+    names = [name.strip() for name in (args.backends or ",".join(default_names)).split(",") if name.strip()]
     if args.static is not None and STATIC not in names:
         names.append(STATIC)
     unknown = [name for name in names if name not in ST_ROWS and name not in BACKENDS and name != STATIC]
     if unknown:
         parser.error(f"unknown encoders {unknown} (choose from {', '.join([*ST_ROWS, *BACKENDS])})")
+    if on_gpu and (cpu_only := [name for name in names if name not in GPU_ENCODERS]):
+        parser.error(f"{cpu_only} run on the CPU only; on {args.device} choose from {', '.join(GPU_ENCODERS)}")
     texts = benchmark_texts(args.dataset, args.texts, args.docs, args.max_tokens)
     heap_setting = heap.steady()  # process-wide: every encoder below runs under the same malloc thresholds
     try:
         if STATIC in names and args.static is None:
             parser.error("the encoder 'static' needs --static FOLDER")
-        encoders, models = _encoders(names, args.st_sizes[0], args.static)
+        encoders, models = _encoders(names, args.st_sizes[0], args.static, args.device)
     except EmbedkitError as error:
         sys.exit(f"cannot load an encoder: {error}")
     machine = {
+        "device": torch.cuda.get_device_name(args.device) if on_gpu else "cpu",
         "processor": platform.processor() or platform.machine(),
         "cpus": os.cpu_count(),
         "threads": torch.get_num_threads(),
@@ -314,6 +303,13 @@ def main() -> None:
     with cpu_load(args.load, seconds=3600):  # the sweep runs under the load too: the peer at its best size there
         sweeps = _sweeps(names, encoders, texts[: args.st_sweep_docs], args.st_sizes)
         rates, embedded = _rounds(names, encoders, texts, args.rounds)
+    st = SentenceTransformer(str(default_model_path()), device="cpu")  # the work counted, not timed
+    work = text_work(texts, st.tokenizer, st[0].auto_model.config, st.max_seq_length)
+    peaks = {dtype: matmul_peak(DTYPES[dtype], args.device) for dtype in sorted({_precision(n) for n in names})}
+    print(
+        f"{work['tokens']:.0f} tokens; torch.mm peak on {args.device}: "
+        + ", ".join(f"{dtype} {gflops:.1f} GFLOP/s" for dtype, gflops in peaks.items())
+    )
 
     results: dict[str, dict[str, Any]] = {}
     for name in names:
@@ -323,6 +319,11 @@ def main() -> None:
             "docs_per_s": [round(r, 2) for r in rates[name]],
             "median_docs_per_s": round(median, 2),
         }
+        if name != STATIC:  # a static model does no forward and has its own tokenizer
+            row["tokens_per_s"] = round(median * work["tokens"] / len(texts), 1)
+            row["fraction_of_matmul_peak"] = round(
+                median * work["flops"] / len(texts) / 1e9 / peaks[row["precision"]], 4
+            )
         peer = _st_peer(name)
         if peer in embedded:
             row["st_peer"] = peer
@@ -331,9 +332,9 @@ def main() -> None:
         if REFERENCE in embedded:
             row["ratio_vs_st_fp32"] = round(median / statistics.median(rates[REFERENCE]), 3)
         if same_space:
-            row["cosine_vs_st_fp32"] = _cosine_stats(embedded[name], embedded[REFERENCE])
+            row["cosine_vs_st_fp32"] = cosine_stats(embedded[name], embedded[REFERENCE])
         if peer == ST_BF16 and name != ST_BF16 and ST_BF16 in embedded:
-            row["cosine_vs_st_bf16"] = _cosine_stats(embedded[name], embedded[ST_BF16])
+            row["cosine_vs_st_bf16"] = cosine_stats(embedded[name], embedded[ST_BF16])
         if isinstance(encoders[name], StEncoder):
             row["st_batch_size"] = encoders[name].batch_size
         if name in models:
@@ -345,7 +346,8 @@ def main() -> None:
             texts_file = Path(tmp) / "texts.json"
             texts_file.write_text(json.dumps(texts))
             for name in names:
-                results[name]["rss"] = _peak_rss(texts_file, name, results[name].get("st_batch_size", args.st_sizes[0]))
+                batch = results[name].get("st_batch_size", args.st_sizes[0])
+                results[name]["rss"] = _peak_rss(texts_file, name, batch, args.device)
                 print(f"peak RSS {name}: {results[name]['rss']}")
 
     if args.ndcg:
@@ -353,32 +355,13 @@ def main() -> None:
         whole = args.texts == "docs" and args.max_tokens is None and len(texts) == len(data.corpus)
         for name in names:
             start = time.perf_counter()
-            results[name].update(_ndcg(encoders[name], models.get(name), data, embedded[name] if whole else None))
+            results[name].update(
+                ndcg_on_test(encoders[name], models.get(name), data, embedded[name] if whole else None)
+            )
             print(f"nDCG@10 {name}: {results[name]['ndcg_at_10']:.4f} ({time.perf_counter() - start:.0f} s)")
 
     print()
-    print(
-        "| encoder | precision | docs/s (median) | ratio vs ST same precision | ratio vs ST fp32 | min cos vs ST fp32 "
-        "| mean cos vs ST fp32 | min cos vs ST bf16 | mean cos vs ST bf16 | peak RSS MB | nDCG@10 |"
-    )
-    print("| --- " * 11 + "|")
-    for name, row in results.items():
-        cos, cos_bf16 = row.get("cosine_vs_st_fp32", {}), row.get("cosine_vs_st_bf16", {})
-        rss = (row.get("rss") or {}).get("peak_rss_mb", "")
-        cells = [
-            f"{name} (batch {row['st_batch_size']})" if "st_batch_size" in row else name,
-            row["precision"],
-            f"{row['median_docs_per_s']:.1f}",
-            f"{row['ratio_vs_st_same_precision']:.2f}" if "ratio_vs_st_same_precision" in row else "",
-            f"{row['ratio_vs_st_fp32']:.2f}" if "ratio_vs_st_fp32" in row else "",
-            f"{cos['min']:.6f}" if cos else "",
-            f"{cos['mean']:.6f}" if cos else "",
-            f"{cos_bf16['min']:.6f}" if cos_bf16 else "",
-            f"{cos_bf16['mean']:.6f}" if cos_bf16 else "",
-            str(rss),
-            f"{row['ndcg_at_10']:.4f}" if "ndcg_at_10" in row else "",
-        ]
-        print("| " + " | ".join(cells) + " |")
+    print_table(results)
     if args.output:
         from embedkit.storage import write_json
 
@@ -393,6 +376,9 @@ def main() -> None:
                 "rounds": args.rounds,
                 "st_batch_sizes": args.st_sizes,
                 "st_batch_sweep": sweeps,
+                "tokens": work["tokens"],
+                "forward_flops": work["flops"],
+                "matmul_peak_gflops": {dtype: round(gflops, 1) for dtype, gflops in peaks.items()},
                 "encoders": results,
             },
         )

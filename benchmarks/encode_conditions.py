@@ -1,5 +1,5 @@
-"""What ``encode.py`` times its encoders on and under: the texts (documents, short documents, queries), a CPU load
-of busy processes, and the speed-vs-nDCG@10 picture drawn from its results."""
+"""What ``encode.py`` times its encoders on and under: the texts (documents, short documents, queries) and a CPU
+load of busy processes."""
 
 from __future__ import annotations
 
@@ -7,8 +7,6 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
-from typing import Any
 
 from embedkit import load_dataset
 from embedkit.data import doc_text
@@ -51,27 +49,3 @@ def cpu_load(processes: int, seconds: float) -> Iterator[list[int]]:
         for child in children:
             child.kill()
             child.wait()
-
-
-def plot_speed_vs_ndcg(results: dict[str, dict[str, Any]], title: str, path: Path) -> None:
-    """One point per encoder that has an nDCG@10: median docs/s (log scale) against nDCG@10."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    points = {name: row for name, row in results.items() if "ndcg_at_10" in row}
-    figure, axes = plt.subplots(figsize=(7.5, 4.5))
-    for name, row in points.items():
-        marker = "s" if name.startswith("sentence-transformers") else "o"
-        label = f"{name}: {row['median_docs_per_s']:.1f} docs/s, nDCG@10 {row['ndcg_at_10']:.4f}"
-        axes.scatter(row["median_docs_per_s"], row["ndcg_at_10"], marker=marker, s=45, label=label)
-    axes.legend(fontsize=7, loc="center left")
-    axes.set_xscale("log")
-    axes.set_xlabel("documents per second (median of the timed rounds, log scale)")
-    axes.set_ylabel("nDCG@10, SciFact test")
-    axes.set_title(title, fontsize=9)
-    axes.grid(True, which="both", alpha=0.3)
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)

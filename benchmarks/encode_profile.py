@@ -44,6 +44,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import numpy as np
 import torch
 from encode_conditions import TEXT_KINDS, benchmark_texts
+from encode_report import forward_flops, matmul_peak
 from sentence_transformers import SentenceTransformer
 
 from embedkit import load_model
@@ -55,26 +56,6 @@ from embedkit.models.reference import default_model_path
 
 BUCKETS = (64, 128, 256, 512)
 LINEAR_KERNELS = {"mkldnn::_linear_pointwise", "aten::addmm", "aten::mm"}  # a linear layer's product, any path
-
-
-def matmul_peak(dtype: torch.dtype, size: int = 4096, repeats: int = 5) -> float:
-    """GFLOP/s of ``torch.mm`` on large square matrices: the CPU's practical peak for this precision and threads."""
-    a = torch.randn(size, size).to(dtype)
-    b = torch.randn(size, size).to(dtype)
-    torch.mm(a, b)  # warm-up: the kernel choice and the memory are paid here
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        torch.mm(a, b)
-        best = min(best, time.perf_counter() - start)
-    return 2 * size**3 / best / 1e9
-
-
-def forward_flops(config: Any, batch: int, length: int) -> float:
-    """Multiply-adds x 2 of a BERT-like encoder's forward over ``batch`` sequences padded to ``length``."""
-    d, ff, layers = config.hidden_size, config.intermediate_size, config.num_hidden_layers
-    per_layer = 8 * length * d * d + 4 * length * d * ff + 4 * length * length * d
-    return float(batch * layers * per_layer)
 
 
 def bucket(length: int) -> str:
