@@ -303,8 +303,12 @@ def main() -> None:
     with cpu_load(args.load, seconds=3600):  # the sweep runs under the load too: the peer at its best size there
         sweeps = _sweeps(names, encoders, texts[: args.st_sweep_docs], args.st_sizes)
         rates, embedded = _rounds(names, encoders, texts, args.rounds)
-    st = SentenceTransformer(str(default_model_path()), device="cpu")  # the work counted, not timed
-    work = text_work(texts, st.tokenizer, st[0].auto_model.config, st.max_seq_length)
+    # the work is counted with a transformer row's own tokenizer and config (every one of them has the same)
+    counted = next((name for name in names if name != STATIC), None)
+    work = {"tokens": 0.0, "flops": 0.0}  # static alone: no forward to count
+    if counted is not None:
+        st = encoders[counted].st if isinstance(encoders[counted], StEncoder) else models[counted].st
+        work = text_work(texts, st.tokenizer, st[0].auto_model.config, st.max_seq_length)
     peaks = {dtype: matmul_peak(DTYPES[dtype], args.device) for dtype in sorted({_precision(n) for n in names})}
     print(
         f"{work['tokens']:.0f} tokens; torch.mm peak on {args.device}: "

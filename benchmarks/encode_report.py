@@ -11,16 +11,20 @@ from typing import Any
 
 import numpy as np
 import torch
+from sentence_transformers.util import pairwise_cos_sim
 
 from embedkit.data import doc_text
 
 
-def matmul_peak(dtype: torch.dtype, device: str = "cpu", size: int = 4096, repeats: int = 5) -> float:
+def matmul_peak(dtype: torch.dtype, device: str = "cpu", size: int | None = None, repeats: int = 5) -> float:
     """GFLOP/s of ``torch.mm`` on large square matrices: the device's practical peak for this precision (and, on a
-    CPU, this process's threads). Best of ``repeats`` after a warm-up; a GPU is synchronised around each product."""
+    CPU, this process's threads). Best of ``repeats`` after a warm-up; a GPU is synchronised around each product and
+    gets 16384-wide matrices (4096-wide ones take well under a millisecond there, too short to time alone)."""
+    on_gpu = torch.device(device).type == "cuda"
+    size = size or (16384 if on_gpu else 4096)
     a = torch.randn(size, size, device=device).to(dtype)
     b = torch.randn(size, size, device=device).to(dtype)
-    sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
+    sync = torch.cuda.synchronize if on_gpu else (lambda: None)
     torch.mm(a, b)  # warm-up: the kernel choice and the memory are paid here
     sync()
     best = float("inf")
@@ -49,14 +53,9 @@ def text_work(texts: list[str], tokenizer: Any, config: Any, max_length: int) ->
 
 
 def cosine_stats(a: np.ndarray, b: np.ndarray) -> dict[str, float]:
-    values = cosines(a, b)
+    """Min and mean cosine of each row of ``a`` to the same row of ``b`` (sentence-transformers' pairwise_cos_sim)."""
+    values = pairwise_cos_sim(torch.from_numpy(a), torch.from_numpy(b)).numpy()
     return {"min": round(float(values.min()), 6), "mean": round(float(values.mean()), 6)}
-
-
-def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    a = a / np.linalg.norm(a, axis=1, keepdims=True)
-    b = b / np.linalg.norm(b, axis=1, keepdims=True)
-    return (a * b).sum(axis=1)
 
 
 def ndcg_on_test(
