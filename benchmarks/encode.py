@@ -147,7 +147,7 @@ def _encoders(
     return encoders, models
 
 
-def _sweep(encoder: StEncoder, texts: list[str], sizes: list[int]) -> dict[str, float]:
+def sweep_batch_sizes(encoder: StEncoder, texts: list[str], sizes: list[int]) -> dict[str, float]:
     """Docs/s of one encode of ``texts`` per batch size; leaves ``encoder`` at the fastest size.
 
     One untimed call first, so the first size timed does not also pay for the first call's one-off setup.
@@ -170,7 +170,7 @@ def _sweeps(names: list[str], encoders: dict[str, Encoder], texts: list[str], si
     for name in names:
         encoder = encoders[name]
         if len(sizes) > 1 and isinstance(encoder, StEncoder):
-            rates = _sweep(encoder, texts, sizes)
+            rates = sweep_batch_sizes(encoder, texts, sizes)
             sweeps[name] = {"texts": len(texts), "docs_per_s": rates, "best": encoder.batch_size}
             print(f"{name} batch sweep on {len(texts)} texts: {rates} docs/s -> batch {encoder.batch_size}")
     return sweeps

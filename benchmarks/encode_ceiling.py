@@ -30,10 +30,11 @@ from typing import TYPE_CHECKING
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from encode import StEncoder, _sweep
+from encode import StEncoder, sweep_batch_sizes
 from encode_conditions import TEXT_KINDS, benchmark_texts
 
 from embedkit import load_model
+from embedkit.errors import EmbedkitError
 from embedkit.models import heap
 from embedkit.models.batching import TextBatcher
 
@@ -72,20 +73,24 @@ def main() -> None:
     args = parser.parse_args()
     if args.docs != "all" and not args.docs.isdigit():
         parser.error("--docs takes a number or 'all'")
+    sizes = [int(size) for size in args.st_batch_sizes.split(",") if size.strip().isdigit() and int(size) > 0]
+    if not sizes or len(sizes) != len(args.st_batch_sizes.split(",")):
+        parser.error("--st-batch-sizes takes comma-separated positive numbers")
     heap.steady()  # process-wide, as embedkit's encode sets it: every contender runs under it (encode.py)
     texts = benchmark_texts("scifact", args.texts, args.docs, args.max_tokens)
     peer = StEncoder("bfloat16", 32)
-    rates = _sweep(peer, texts[: args.st_sweep_docs], [int(size) for size in args.st_batch_sizes.split(",")])
+    rates = sweep_batch_sizes(peer, texts[: args.st_sweep_docs], sizes)
     print(f"sentence-transformers-bf16 sweep: {rates} docs/s -> batch {peer.batch_size}")
-    model = load_model(backend="openvino", dtype="bfloat16", device="cpu")
-    if model.backend != "openvino":
-        parser.error("this CPU runs no OpenVINO bf16: the ceiling here is the torch backend's (encode_profile.py)")
+    try:
+        model = load_model(backend="openvino", dtype="bfloat16", device="cpu")
+    except EmbedkitError as error:  # no OpenVINO, or no bf16 kernels in it on this CPU
+        parser.error(f"the openvino backend does not load here: {error}")
     contenders = {
         "sentence-transformers-bf16": peer,
         "openvino-bf16": lambda batch: model.encode(batch, show_progress=False),
         "forward-only": forward_only(model, texts),
     }
-    for run in contenders.values():
+    for run in contenders.values():  # one untimed call each (forward-only always runs all of its batches)
         run(texts[:64])
     timings: dict[str, list[float]] = {name: [] for name in contenders}
     names = list(contenders)

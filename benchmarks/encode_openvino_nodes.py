@@ -24,6 +24,7 @@ import numpy as np
 import openvino
 
 from embedkit import load_model
+from embedkit.errors import EmbedkitError
 from embedkit.models.openvino_backend import PRECISIONS
 
 
@@ -37,7 +38,10 @@ def main() -> None:
     parser.add_argument("--no-attention-fusion", action="store_true", help="SNIPPETS_MODE DISABLE")
     args = parser.parse_args()
 
-    network = load_model(backend="openvino", dtype=args.dtype, device="cpu").st[0].auto_model
+    try:
+        network = load_model(backend="openvino", dtype=args.dtype, device="cpu").st[0].auto_model
+    except EmbedkitError as error:  # no OpenVINO, or no bf16 kernels in it on this CPU
+        parser.error(f"the openvino backend does not load here: {error}")
     core = openvino.Core()
     config = {
         "INFERENCE_PRECISION_HINT": PRECISIONS[args.dtype],
