@@ -41,19 +41,28 @@ demo: $(VENV)/.installed
 
 # Two pytest workers, one test file each at a time: most of a test's time is a CLI process importing torch and
 # sentence-transformers on one core, so a second worker uses the other one. One torch thread per process, so the two
-# do not spin against each other (tests/conftest.py orders the files).
+# do not spin against each other (tests/conftest.py orders the files). Then the tests marked two_threads run alone
+# with torch's two threads: the multi-thread path every user gets.
 test: $(VENV)/.installed-dev /usr/bin/chromium /usr/bin/strace
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -m "not slow and not docker" -n 2 --dist loadfile --no-loadscope-reorder --durations=15
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -m "not slow and not docker and not two_threads" -n 2 --dist loadfile --no-loadscope-reorder --durations=15
+	OMP_NUM_THREADS=2 $(BIN)/python -m pytest -m "two_threads and not slow and not docker" --durations=5
 
-test-slow: $(VENV)/.installed-dev
-	$(BIN)/python -m pytest -m slow
+# pytest's closing line gives the wall time.
+test-slow: $(VENV)/.installed-dev /usr/bin/chromium /usr/bin/strace
+	$(BIN)/python -m pytest -m slow --durations=15
 
-# Builds docker/Dockerfile with podman (installed when missing), runs it on SciFact and checks its nDCG@10, builds
-# docker/Dockerfile.gpu after its base, and removes every image it made (docker/check_images.py; needs root).
-docker-test: $(VENV)/.installed-dev
+# Builds docker/Dockerfile with podman, runs it on SciFact and checks its nDCG@10, builds docker/Dockerfile.gpu after
+# its base, and removes every image it made (docker/check_images.py; needs root). podman and its tools come from
+# Debian's packages first; where they cannot be installed the target fails with one line, and the test never skips.
+docker-test: $(VENV)/.installed-dev /usr/bin/podman
 	$(BIN)/python -m pytest -m docker tests/test_docker.py -s
+
+/usr/bin/podman:
+	@[ "$$(id -u)" = 0 ] || command -v sudo >/dev/null || { echo "make docker-test: podman is missing and installing it needs root or sudo" >&2; exit 2; }
+	@{ $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq podman buildah runc debootstrap >/dev/null; } \
+		|| { echo "make docker-test: apt-get could not install podman, buildah, runc and debootstrap" >&2; exit 2; }
 
 bench: $(VENV)/.installed-dev
 	$(BIN)/python benchmarks/encode.py

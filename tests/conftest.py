@@ -192,7 +192,7 @@ def cross_encoder(slice_mined_far, train_slice, tmp_path_factory) -> Path:
     the far-mined slice (BCE, 2 epochs of about 18 steps, 96 tokens), a fifth of the train queries carved out as its
     dev set: a small reranker that tells a query's positive from unrelated documents (hard negatives need far more
     steps than a test can take: ``benchmarks/rerank_scifact.py`` trains the real one)."""
-    from embedkit.models.cpu_bfloat16 import bf16_instructions
+    from embedkit.models.device import cpu_has_bfloat16
     from embedkit.train import TrainConfig, train
 
     config = TrainConfig(
@@ -210,7 +210,7 @@ def cross_encoder(slice_mined_far, train_slice, tmp_path_factory) -> Path:
         eval_steps=20,  # two dev evaluations: step 20 and the last
         # bf16 halves the dev evaluations where the CPU has bf16 instructions; elsewhere torch's generic bf16 kernel
         # made this fixture take 681 s of a 44-minute CI run (2026-12-03)
-        dev_dtype="bfloat16" if bf16_instructions() else "float32",
+        dev_dtype="bfloat16" if cpu_has_bfloat16() else "float32",
         logging_steps=6,
     )
     return train(config)

@@ -82,10 +82,17 @@ def assert_same_folder(folder: Path, reference: Path) -> None:
             assert (folder / name).read_bytes() == (reference / name).read_bytes(), name
 
 
-# the clean-run twin of the killed-actor test below, on 60 documents (the killed one needs 300 to be killed
-# part-way). Starting a local Ray cluster and its actors alone takes about 2 minutes on the 2-core AVX2 CPU (151 s of
-# a 25-minute `make test`, 2026-12-03), so both real Ray encodes run in `make test-slow`; `make test` keeps the
-# refusals below.
+def test_ray_executor_equals_one_process_on_20_documents(tmp_path_factory, tmp_path, scifact):
+    """``make test``'s real Ray encode: a local cluster, two actors, one shard each, the single-process folder."""
+    corpus = first_documents(tmp_path_factory, scifact, 20)
+    reference = single_process(tmp_path_factory, corpus)
+    done = subprocess.run(ray_encode(corpus, tmp_path / "emb"), capture_output=True, text=True, env=ENV)
+    assert done.returncode == 0, done.stderr
+    assert "20 documents in 2 shard files" in done.stdout
+    assert_same_folder(tmp_path / "emb", reference)
+
+
+# the clean-run twin of the killed-actor test below, on 60 documents, with a resumed second run
 @pytest.mark.slow
 def test_ray_executor_writes_the_single_process_folder(tmp_path_factory, tmp_path, short_corpus):
     reference = single_process(tmp_path_factory, short_corpus)

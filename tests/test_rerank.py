@@ -105,29 +105,27 @@ def test_rerank_cli_scores_are_cross_encoder_predict(
 
 
 def test_bfloat16_on_the_cpu_scores_as_autocast_does(cross_encoder, slice_data):
-    """``dtype="bfloat16"`` on the CPU runs the encoder's bf16 kernels (``models/cpu_bfloat16.py``; fp32 kernels on a
-    CPU without bf16 instructions): the logits of sentence-transformers' ``CrossEncoder`` under autocast, its head
-    in float32 as embedkit keeps it, up to the order of the sums; the kernels are recorded."""
+    """``dtype="bfloat16"`` on the CPU is sentence-transformers' ``CrossEncoder`` under autocast, its head in float32
+    as embedkit keeps it (float32 on a CPU without bf16 instructions); the dtype that ran is recorded."""
     from sentence_transformers.cross_encoder import CrossEncoder
 
-    from embedkit.models.cpu_bfloat16 import FP32, ONEDNN, bf16_instructions
+    from embedkit.models.device import cpu_has_bfloat16
     from embedkit.reranking.reranker import CrossEncoderReranker, keep_head_in_float32
     from embedkit.reranking.settings import RerankSettings
 
-    queries = list(slice_data.split_queries("test").values())[:3]  # autocast's products are slow without bf16 units
+    queries = list(slice_data.split_queries("test").values())[:3]
     documents = list(slice_data.documents([row["_id"] for row in slice_data.corpus.select(range(5))]).values())
     pairs = [(query, document) for query in queries for document in documents]
     reference = CrossEncoder(str(cross_encoder), device="cpu")
     keep_head_in_float32(reference)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
+    dtype = "bfloat16" if cpu_has_bfloat16() else "float32"
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bfloat16"):
         expected = reference.predict(pairs, activation_fn=torch.nn.Identity(), batch_size=32)
     reranker = CrossEncoderReranker(RerankSettings(str(cross_encoder), dtype="bfloat16", device="cpu"))
     scores = reranker.score(pairs)
-    kernels = reranker.describe()["backend_config"]["cpu_bfloat16"]
-    assert kernels["products"] == (ONEDNN if bf16_instructions() else FP32) and kernels["attention"] != "sdpa"
-    # 96 pairs on an AVX2 CPU: at most 0.0064 apart on a spread of 1.09, correlation 0.99998 (2026-12-03)
-    assert np.abs(scores - expected).max() < 0.01 * float(np.ptp(expected)), (scores, expected)
-    assert np.corrcoef(scores, expected)[0, 1] > 0.9999
+    assert reranker.describe()["dtype"] == dtype
+    # the same products; only the batches (hence padding) may differ
+    assert np.abs(scores - expected).max() < 1e-3 * float(np.ptp(expected)), (scores, expected)
 
 
 def test_first_stage_weight_interpolates_min_max_scores(

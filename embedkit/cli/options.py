@@ -27,8 +27,8 @@ Backend = Annotated[
     Optional[str],
     typer.Option(
         help="torch | torch-int8 | onnx | onnx-int8 | openvino (all but torch run on the CPU; int8 and ONNX in "
-        "float32, openvino in float32 or bfloat16). [default: openvino for bfloat16 on a CPU where OpenVINO has "
-        "bf16 kernels, else torch]"
+        "float32, openvino in float32 or bfloat16; onnx needs embedkit[onnx], openvino embedkit[openvino], which "
+        "reports usage to Intel on import unless opted out). [default: torch]"
     ),
 ]
 BatchTokens = Annotated[Optional[int], typer.Option(help="Padded tokens per batch (default 2048 CPU, 65536 GPU).")]

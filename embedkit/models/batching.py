@@ -16,8 +16,6 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from embedkit.models import heap
-from embedkit.models.cpu_streams import run_streams, stream_count
 from embedkit.models.device import autocast
 
 if TYPE_CHECKING:
@@ -122,10 +120,7 @@ def _rows(features: dict[str, Any], rows: torch.Tensor, length: int, padded: int
 
 
 def embed_features(model: EmbeddingModel, features: dict[str, Any]) -> np.ndarray:
-    """One batch's forward pass (autocast as the model's dtype asks), normalised if the model is, as float32.
-    On a CPU the process's malloc thresholds are fixed first (``models/heap.py``: fewer page faults per batch)."""
-    if model.device == "cpu":
-        heap.steady()
+    """One batch's forward pass (autocast as the model's dtype asks), normalised if the model is, as float32."""
     st = model.st
     features = {k: v.to(st.device) if isinstance(v, torch.Tensor) else v for k, v in features.items()}
     with autocast(model.device, model.dtype):
@@ -143,10 +138,7 @@ def encode_texts(
     show_progress: bool | None = None,
     progress: tqdm | None = None,
 ) -> np.ndarray:
-    """Embed ``texts`` into a float32 array in input order; ``progress`` is an outer bar to advance instead.
-
-    On a CPU the ``torch`` and ``openvino`` backends run a batch per stream (``models/cpu_streams.py``); others run
-    one at a time."""
+    """Embed ``texts`` into a float32 array in input order; ``progress`` is an outer bar to advance instead."""
     out = np.empty((len(texts), model.dim), dtype=np.float32)
     if not texts:
         return out
@@ -154,14 +146,8 @@ def encode_texts(
     show = len(texts) >= 1000 if show_progress is None else show_progress
     own_bar = tqdm(total=len(texts), desc="Encoding", unit="text", disable=progress is not None or not show)
     bar = progress if progress is not None else own_bar
-    streamed = model.device == "cpu" and model.backend in ("torch", "openvino")
-    streams = stream_count(torch.get_num_threads()) if streamed else 1
-
-    def embed(item: tuple[np.ndarray, dict[str, Any]]) -> None:
-        batch, features = item
-        out[batch] = embed_features(model, features)
-        bar.update(len(batch))
-
-    with own_bar:
-        run_streams(TextBatcher.of(model, weightless=False).batches(texts, prompt), embed, streams)
+    with own_bar, torch.inference_mode():
+        for batch, features in TextBatcher.of(model, weightless=False).batches(texts, prompt):
+            out[batch] = embed_features(model, features)
+            bar.update(len(batch))
     return out

@@ -51,7 +51,7 @@ class EmbeddingModel:
         self.normalize = normalize
         self.dtype = dtype
         self.device = device
-        # per forward pass; a CPU runs one per stream at once (``models/cpu_streams.py``): 2,048 measured best there
+        # padded tokens per forward pass: cache-sized batches on a CPU, large ones on a GPU
         self.batch_tokens = batch_tokens or (2048 if device == "cpu" else 65536)
         self.backend = backend
         self.backend_config = backend_config or {}

@@ -11,8 +11,8 @@ from sentence_transformers.sentence_transformer.modules import Pooling, StaticEm
 from transformers import AutoConfig
 
 from embedkit.errors import EmbedkitError
-from embedkit.models.backends import choose_backend
-from embedkit.models.device import pick_device
+from embedkit.models.backends import apply_backend
+from embedkit.models.device import effective_dtype, pick_device
 from embedkit.models.dupmae_pooling import DupMAEPooling
 from embedkit.models.embedding_model import EmbeddingModel
 from embedkit.models.options import check_run_options
@@ -102,18 +102,21 @@ def load_model(
     """Load an embedding model; ``None`` is the packaged all-MiniLM-L6-v2.
 
     Every argument left as ``None`` takes the model's own value (its prompts, max length, pooling and whether it
-    normalises); what is used is recorded in ``model.settings``. ``backend`` is ``torch`` (with ``dtype`` float32 or
-    bfloat16/float16 autocast) or a CPU one: ``torch-int8``, ``onnx``, ``onnx-int8``, ``openvino`` (see
-    ``embedkit.models.backends``); None is ``openvino`` for bfloat16 on a CPU where OpenVINO has bf16 kernels (and the
-    network exports), else ``torch``.
+    normalises); what is used is recorded in ``model.settings``. ``backend`` is ``torch`` (the default: ``dtype``
+    float32, or bfloat16/float16 under torch autocast) or a CPU engine asked for by name: ``torch-int8``, ``onnx``,
+    ``onnx-int8``, ``openvino`` (see ``embedkit.models.backends``). bfloat16 on a CPU without bf16 instructions warns
+    once and runs float32, and is recorded as such.
     A local folder is recorded by its absolute path, so what is recorded reloads from any working directory.
     """
     if max_length is not None and max_length < 1:
         raise EmbedkitError(f"must be at least 1, not {max_length}", field="max_length")
-    device = check_run_options(dtype, backend or "torch", device)
+    backend = backend or "torch"
+    device = check_run_options(dtype, backend, device)
     reference = resolve_model(name_or_path, revision)
     name, path = reference.name, reference.path
     device = pick_device(device)
+    if backend == "torch":
+        dtype = effective_dtype(device, dtype)
     try:
         model, pooling = _load_stack(name, path, device, revision, pooling, normalize)
     except EmbedkitError:
@@ -133,7 +136,7 @@ def load_model(
             del model[position]  # in place: the model keeps its prompts and settings
     if max_length is not None:
         model.max_seq_length = max_length
-    backend, backend_config = choose_backend(model, backend, dtype, device)
+    backend_config = apply_backend(model, backend, dtype)
     prompts = getattr(model, "prompts", {}) or {}
     return EmbeddingModel(
         model,

@@ -1,15 +1,13 @@
-"""The openvino backend: embedkit's own ONNX export of the network, run by OpenVINO's CPU plugin.
+"""The openvino backend (``backend="openvino"``, extra ``embedkit[openvino]``): embedkit's own ONNX export of the
+network, run by OpenVINO's CPU plugin in float32 or bfloat16.
 
-On this project's AVX-512 BF16 CPU OpenVINO compiles a MiniLM forward into bf16 linears, one fused bf16 subgraph per
-attention block, and float32 layer norms and residual adds (its runtime model's precisions): 1.14-1.15x the torch
-backend's oneDNN bf16 path on documents, at cosine >= 0.99997 to sentence-transformers under autocast
-(``benchmarks/RESULTS.md``). So it is what ``load_model(dtype="bfloat16")`` runs on such a CPU (OpenVINO is a
-dependency of embedkit); ``backend="torch"`` keeps the oneDNN path.
+**Importing OpenVINO reports usage to Intel** unless the user has opted out: ``openvino`` sends an "import" event
+through ``openvino_telemetry`` and assumes consent when no consent file exists (it writes ``~/intel/``). To opt out,
+run ``opt_in_out --opt_out`` once (it ships with openvino-telemetry). embedkit imports OpenVINO only when this backend
+is asked for, never on the default path.
 
-The network is exported with eager attention (plain matmul, softmax, matmul): OpenVINO fuses that pattern, while the
-graph torch's SDPA exports to (with its NaN guards) stays unfused and was only 1.06x. The model is read from the
-ONNX file, not converted with ``openvino.convert_model``, which would report each conversion to OpenVINO's telemetry.
-Each encode stream (``models/cpu_streams.py``) has its own infer request on one of OpenVINO's CPU streams.
+The network is exported with eager attention (plain matmul, softmax, matmul), the pattern OpenVINO fuses. The model is
+read from the ONNX file, not converted with ``openvino.convert_model``, which would report each conversion too.
 """
 
 from __future__ import annotations
@@ -24,7 +22,6 @@ import torch
 from sentence_transformers import SentenceTransformer
 
 from embedkit.errors import EmbedkitError
-from embedkit.models.cpu_streams import stream_count
 from embedkit.models.onnx import (
     cached_export,
     export_onnx,
@@ -34,7 +31,7 @@ from embedkit.models.onnx import (
     text_transformer,
 )
 
-OPENVINO_MISSING = "the openvino backend needs openvino, onnx and onnxscript: pip install openvino onnx onnxscript"
+OPENVINO_MISSING = "the openvino backend needs its extra: pip install 'embedkit[openvino]'"
 PRECISIONS = {"float32": "f32", "bfloat16": "bf16"}
 
 
@@ -49,7 +46,7 @@ def _import_openvino() -> Any:
 
 
 @functools.cache
-def cpu_has_bfloat16() -> bool:
+def openvino_has_bfloat16() -> bool:
     """True where OpenVINO is installed and its CPU plugin has bf16 kernels on this processor (asked once)."""
     try:
         openvino = _import_openvino()
@@ -86,8 +83,7 @@ class OpenVinoNetwork(torch.nn.Module):
             "CPU",
             {
                 "INFERENCE_PRECISION_HINT": PRECISIONS[dtype],
-                "PERFORMANCE_HINT": "THROUGHPUT",
-                "NUM_STREAMS": stream_count(threads),
+                "PERFORMANCE_HINT": "LATENCY",  # one batch at a time, on all the threads given
                 "INFERENCE_NUM_THREADS": threads,
             },
         )
@@ -98,10 +94,8 @@ class OpenVinoNetwork(torch.nn.Module):
         """Run one tiny batch on the loading thread, before any encode stream exists.
 
         OpenVINO's Python binding fills a function-local static (pybind11's numpy API) on its first array copy, and
-        that initialiser releases the GIL: when two streams made the first copies at once, one held the static's
-        guard waiting for the GIL while the other held the GIL waiting for the guard, and the encode hung for ever
-        (11 of 20 fresh processes on the AVX-512 BF16 / AMX CPU, 2026-12-04). Once filled, the static is never
-        initialised again, so this one call removes the race; the request becomes this thread's own."""
+        that initialiser releases the GIL: two threads making their first copies at once (a server's workers) can
+        deadlock on it. Once filled, it is never initialised again, so this call removes the race."""
         request = self.local.request = self.compiled.create_infer_request()
         request.infer({name: np.ones((1, 2), dtype="int64") for name in self.input_names})
         request.get_output_tensor(0).data.copy()
@@ -112,7 +106,7 @@ class OpenVinoNetwork(torch.nn.Module):
 
     def forward(self, **features: Any) -> dict[str, torch.Tensor]:
         request = getattr(self.local, "request", None)
-        if request is None:  # one per thread: an encode stream waits only for its own batch
+        if request is None:  # one per thread: a thread waits only for its own batch
             request = self.local.request = self.compiled.create_infer_request()
         feeds = {name: features[name].detach().cpu().numpy().astype("int64") for name in self.input_names}
         request.infer(feeds)
@@ -126,7 +120,7 @@ class OpenVinoNetwork(torch.nn.Module):
 def use_openvino(st: SentenceTransformer, dtype: str) -> dict[str, Any]:
     """Swap the network of ``st`` for its OpenVINO compile in ``dtype``; returns what ``backend_config`` records."""
     openvino = _import_openvino()
-    if dtype == "bfloat16" and not cpu_has_bfloat16():
+    if dtype == "bfloat16" and not openvino_has_bfloat16():
         raise EmbedkitError("this CPU has no bf16 kernels in OpenVINO; use dtype float32", field="dtype")
     transformer = text_transformer(st, "openvino")
     network = transformer.model
@@ -139,5 +133,5 @@ def use_openvino(st: SentenceTransformer, dtype: str) -> dict[str, Any]:
         "openvino": openvino.get_version(),
         "inference_precision": PRECISIONS[dtype],
         "export": "torch.onnx dynamo, eager attention",
-        "streams": stream_count(threads),
+        "threads": threads,
     }

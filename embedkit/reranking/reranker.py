@@ -2,9 +2,9 @@
 
 The pairs go to ``CrossEncoder.predict`` (which batches them by length); embedkit adds what a pipeline needs around
 it: the run in and out (every query and every hit kept, the hits below ``depth`` left in their order beneath the
-re-scored ones), each (query, document) pair scored once however many runs share it, bf16/fp16 autocast (on a CPU,
-bf16 runs the encoder's own kernels, ``models/cpu_bfloat16.py``: torch's generic bf16 product is about 9x slower than
-fp32 on a CPU without bf16 instructions), and a record of the settings that change a score.
+re-scored ones), each (query, document) pair scored once however many runs share it, bf16/fp16 autocast (float32 on
+a CPU without bf16 instructions, with a warning, as ``load_model`` does), and a record of the settings that change a
+score.
 """
 
 from __future__ import annotations
@@ -22,8 +22,7 @@ from torch import nn
 from embedkit.data.beir import BeirDataset, load_dataset
 from embedkit.data.trec import ranked
 from embedkit.errors import EmbedkitError
-from embedkit.models import cpu_bfloat16
-from embedkit.models.device import autocast, pick_device
+from embedkit.models.device import autocast, effective_dtype, pick_device
 from embedkit.models.reference import weights_sha256
 from embedkit.protocols import Run
 from embedkit.reranking.settings import RerankSettings, resolve_cross_encoder
@@ -58,12 +57,10 @@ class CrossEncoderReranker:
             self.weights_sha256 = weights_sha256(reference.path) if reference.path.is_dir() else None
             self.device = pick_device(settings.device)
             model = CrossEncoder(str(reference.path), max_length=settings.max_length, device=self.device)
-            bf16_on_cpu = cpu_bfloat16.supported(self.device, settings.dtype)
-            self.backend_config = cpu_bfloat16.prepare(model.model) if bf16_on_cpu else {}
             keep_head_in_float32(model)
         else:
             self.name, self.weights_sha256, self.device = settings.model, None, str(model.device)
-            self.backend_config = {}
+        self.dtype = effective_dtype(self.device, settings.dtype)
         if model.num_labels != 1:
             raise EmbedkitError(f"scores with one label; this model has {model.num_labels}", field="reranker")
         self.model = model
@@ -78,14 +75,14 @@ class CrossEncoderReranker:
             "weights_sha256": self.weights_sha256,
             "max_length": int(self.model.max_length),
             "scores": "logits",
-            "backend_config": self.backend_config,
+            "dtype": self.dtype,
         }
 
     def score(self, pairs: Sequence[tuple[str, str]]) -> np.ndarray:
         """Logits of ``(query text, document text)`` pairs, float32, in the order given."""
         if not pairs:
             return np.zeros(0, dtype=np.float32)
-        with autocast(self.device, self.settings.dtype):
+        with autocast(self.device, self.dtype):
             scores = self.model.predict(
                 list(pairs),
                 batch_size=self.settings.batch_size,

@@ -18,7 +18,7 @@ from transformers import TrainerCallback
 from embedkit.data.beir import BeirDataset, doc_text, load_dataset
 from embedkit.errors import EmbedkitError
 from embedkit.evaluation.metrics import compute_metrics
-from embedkit.models.device import autocast
+from embedkit.models.device import autocast, effective_dtype
 from embedkit.models.pooling import SENTENCE_POOLINGS, sentence_vector
 from embedkit.protocols import Run
 from embedkit.reranking.reranker import CrossEncoderReranker
@@ -39,8 +39,7 @@ class RetrievalEvaluator(BaseEvaluator):
         dtype: str = "float32",
     ) -> None:
         """``query_ids``: only these of ``split``'s queries (a dev set carved out of the training split);
-        ``dtype``: the autocast the model encodes under (bfloat16 halves a CPU evaluation's time where the CPU has
-        bf16 instructions; elsewhere torch's bf16 products are several times slower than its fp32 ones)."""
+        ``dtype``: the autocast the model encodes under (bfloat16 runs float32 on a CPU without bf16 instructions)."""
         super().__init__()
         qrels, queries = dataset.qrels(split), dataset.split_queries(split)
         if query_ids is not None:
@@ -75,7 +74,7 @@ class RetrievalEvaluator(BaseEvaluator):
         return {name: means[name] for name in ("ndcg_at_10", "recall_at_100", "mrr_at_10", "map_at_100")}
 
     def __call__(self, model: Any, output_path: str | None = None, epoch: int = -1, steps: int = -1) -> dict:
-        with torch.inference_mode(), autocast(str(model.device), self.dtype):
+        with torch.inference_mode(), autocast(str(model.device), effective_dtype(str(model.device), self.dtype)):
             run = self.run(
                 lambda texts: model.encode_query(texts, batch_size=self.batch_size, convert_to_numpy=True),
                 lambda texts: model.encode_document(texts, batch_size=self.batch_size, convert_to_numpy=True),
@@ -101,7 +100,7 @@ class RerankEvaluator(BaseEvaluator):
 
     def __call__(self, model: Any, output_path: str | None = None, epoch: int = -1, steps: int = -1) -> dict:
         reranker = CrossEncoderReranker(RerankSettings("the model being trained", self.depth), model=model)
-        with autocast(str(model.device), self.retrieval.dtype):
+        with autocast(str(model.device), effective_dtype(str(model.device), self.retrieval.dtype)):
             run = reranker.rerank(self.first_stage, self.retrieval.queries, self.documents)
         metrics = self.prefix_name_to_metrics(self.retrieval.metrics(run), self.name)
         self.store_metrics_in_model_card_data(model, metrics, epoch, steps)
