@@ -5,7 +5,7 @@
 - A folder is built beside its target and swapped in whole (``replace_folder``). On Linux the swap is one
   ``renameat2(RENAME_EXCHANGE)``, so at every instant the path holds the old folder or the new one, complete;
   elsewhere it is two renames, and a kill between them is repaired by the next writer (``recover``).
-- Writers of one output are serialised by a real file lock (``output_lock``).
+- Writers of one output, in other processes or other threads, are serialised by a real file lock (``output_lock``).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import shutil
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -35,7 +36,8 @@ MARKER_FILES = (
     "reproduce.json",
     "embedkit_static.json",
 )
-_held_locks: set[Path] = set()
+# The outputs each thread holds the lock of (re-entrancy is per thread, never per process).
+_held = threading.local()
 
 
 # --- which outputs may be replaced ---------------------------------------------------------------------------------
@@ -133,14 +135,26 @@ def check_output_file(
 # --- locks and swaps -------------------------------------------------------------------------------------------------
 
 
+def _held_here() -> set[Path]:
+    """The outputs this thread holds the lock of."""
+    held = getattr(_held, "paths", None)
+    if held is None:
+        held = _held.paths = set()
+    return held
+
+
 @contextlib.contextmanager
 def output_lock(path: str | Path) -> Iterator[None]:
     """Hold an exclusive lock on writing ``path`` (``flock`` on a file beside it, removed on release).
 
-    A second writer waits for the first. Re-entrant within a process. Where ``fcntl`` is missing it does nothing.
+    A second writer waits for the first, whether it is another process or another thread of this one: each holder
+    opens the lock file itself, and two open files' ``flock`` locks conflict even within one process. Re-entrant
+    within a thread only, so a second thread never skips the lock and ``recover`` never deletes a live writer's
+    temporary folder. Where ``fcntl`` is missing it does nothing.
     """
     path = Path(path).absolute()
-    if path in _held_locks:
+    held = _held_here()
+    if path in held:
         yield
         return
     try:
@@ -148,17 +162,19 @@ def output_lock(path: str | Path) -> Iterator[None]:
     except ImportError:  # not POSIX
         yield
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
     lock = path.parent / f".{path.name}{LOCK_SUFFIX}"
     while True:
+        # each time: the holder we waited for may have deleted the folder that held the lock file (a cache cleaned)
+        path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
-            logger.warning("waiting for another embedkit process (pid %s) writing %s", holder, path)
+            who = "another thread of this process" if holder == str(os.getpid()) else f"embedkit process {holder}"
+            logger.warning("waiting for %s writing %s", who, path)
             fcntl.flock(fd, fcntl.LOCK_EX)
-        try:  # the holder we waited for may have removed the file: then lock the new one
+        try:  # the holder we waited for unlinks the file before it unlocks: then lock the file there now
             if os.stat(lock).st_ino == os.fstat(fd).st_ino:
                 break
         except FileNotFoundError:
@@ -166,13 +182,13 @@ def output_lock(path: str | Path) -> Iterator[None]:
         os.close(fd)
     os.ftruncate(fd, 0)
     os.pwrite(fd, str(os.getpid()).encode(), 0)
-    _held_locks.add(path)
+    held.add(path)
     try:
         yield
     finally:
-        _held_locks.discard(path)
+        held.discard(path)
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(lock)
+            os.unlink(lock)  # while still locked: a waiter on this file then finds it gone and takes the new one
         os.close(fd)
 
 

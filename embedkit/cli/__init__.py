@@ -33,6 +33,7 @@ def _register() -> None:
     if app.registered_commands:  # main() run again in one process (a test, a notebook): already registered
         return
     from embedkit.cli import (
+        cache,
         compare,
         distill_static,
         encode,
@@ -49,7 +50,7 @@ def _register() -> None:
     )
 
     stages = (encode, index, search, rerank, evaluate, serve)
-    for module in (*stages, mine, rescore, train, pretrain, distill_static, compare, reproduce):
+    for module in (*stages, mine, rescore, train, pretrain, distill_static, compare, reproduce, cache):
         module.register(app)
 
 

@@ -17,7 +17,7 @@ import json
 import logging
 import os
 import pickle
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 RAY_MISSING = "--executor ray needs Ray Data; install it with: pip install 'embedkit[ray]'"
 # Scheduling weight of a read-and-tokenize task: small, so the actors never leave the tasks that feed them no CPU.
 READ_TASK_CPUS = 0.25
+RAY_LOG_VARIABLE = "RAY_BACKEND_LOG_LEVEL"
 
 
 @dataclass(frozen=True)
@@ -116,24 +117,56 @@ class RayExecutor:
     def __init__(self, settings: RaySettings) -> None:
         self.settings = settings.check()
 
-    def _start(self, ray: Any) -> bool:
-        """Connect to (or start) the cluster; True when this call started it and must shut it down."""
+    def _start(self, ray: Any) -> Callable[[], None] | None:
+        """Connect to (or start) the cluster; when this call started it, the function that shuts it down.
+
+        The settings made here last only while the encode runs: the log level variable is read by the Ray
+        processes ``ray.init`` starts, so it is put back as soon as it returns; the ``ray.data`` logger's level, the
+        data context's flags and the variables ``ray.init`` itself sets in this process (``PYTHONBREAKPOINT``,
+        ``RAY_USAGE_STATS_ENABLED``) are put back by the returned function, after the shutdown.
+        """
         if ray.is_initialized():
-            return False
+            return None
         local = self.settings.address is None
-        os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "error")  # keep the C++ workers' warnings off the terminal
-        ray.init(
-            address=self.settings.address,
-            num_cpus=os.cpu_count() if local else None,
-            include_dashboard=False,
-            log_to_driver=False,
-            logging_level=logging.WARNING,
-        )
-        logging.getLogger("ray.data").setLevel(logging.WARNING)  # its per-dataset INFO lines are noise on a terminal
+        before = dict(os.environ)
+        os.environ.setdefault(RAY_LOG_VARIABLE, "error")  # keep the C++ workers' warnings off the terminal
+        try:
+            ray.init(
+                address=self.settings.address,
+                num_cpus=os.cpu_count() if local else None,
+                include_dashboard=False,
+                log_to_driver=False,
+                logging_level=logging.WARNING,
+            )
+        finally:
+            if RAY_LOG_VARIABLE not in before:
+                os.environ.pop(RAY_LOG_VARIABLE, None)
+        set_by_ray = {name: value for name, value in os.environ.items() if before.get(name) != value}
+        logger = logging.getLogger("ray.data")
+        level = logger.level
+        logger.setLevel(logging.WARNING)  # its per-dataset INFO lines are noise on a terminal
         context = ray.data.DataContext.get_current()
-        context.enable_progress_bars = False
-        context.print_on_execution_start = False
-        return True
+        flags = {"enable_progress_bars": False, "print_on_execution_start": False}
+        saved = {name: getattr(context, name) for name in flags}
+        for name, value in flags.items():
+            setattr(context, name, value)
+
+        def stop() -> None:
+            try:
+                ray.shutdown()
+            finally:
+                logger.setLevel(level)
+                for name, value in saved.items():
+                    setattr(context, name, value)
+                for name, value in set_by_ray.items():
+                    if os.environ.get(name) != value:  # changed again since: no longer Ray's to undo
+                        continue
+                    if name in before:
+                        os.environ[name] = before[name]
+                    else:
+                        del os.environ[name]
+
+        return stop
 
     def _actor_resources(self, ray: Any) -> tuple[float, int]:
         """CPUs each actor reserves, and its torch threads."""
@@ -157,7 +190,7 @@ class RayExecutor:
         ray = import_ray()
         from embedkit.models.batching import TextBatcher
 
-        started = self._start(ray)
+        stop = self._start(ray)
         try:
             cpus, threads = self._actor_resources(ray)
             runtime = {
@@ -203,5 +236,5 @@ class RayExecutor:
                 raise cause from None
             raise EmbedkitError(f"the Ray executor failed: {str(err).strip().splitlines()[-1]}") from None
         finally:
-            if started:
-                ray.shutdown()
+            if stop is not None:
+                stop()

