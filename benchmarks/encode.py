@@ -120,6 +120,10 @@ def peer_venv(backend: str) -> Path:
         if done.returncode != 0:
             reason = [line for line in done.stderr.splitlines() if "ERROR" in line or "conflict" in line.lower()]
             raise EmbedkitError(f"pip could not install the {backend} peer: {' '.join(reason[-3:]) or done.stderr}")
+    # optimum-intel requires torchvision, and PyPI's torchvision is built for CUDA torch: its ops fail to load beside
+    # the CPU torch, and transformers then fails to import. A text model never uses it, so it goes.
+    if subprocess.run([str(python), "-c", "import torchvision"], capture_output=True).returncode != 0:
+        subprocess.run([str(python), "-m", "pip", "uninstall", "--yes", "--quiet", "torchvision"], check=True)
     (folder / ".installed").write_text("")
     return python
 
@@ -165,7 +169,8 @@ def _precision(name: str, peers: dict[str, PeerProcess]) -> str:
     if name in ST_ROWS:
         return ST_ROWS[name]
     if name in peers:
-        return "bfloat16" if (peers[name].info.get("precision") or "").lower() in ("bf16", "bfloat16") else "float32"
+        hint = (peers[name].info.get("precision") or "").lower()  # e.g. "<Type: 'bfloat16'>" from OpenVINO
+        return "bfloat16" if "bf16" in hint or "bfloat16" in hint else "float32"
     return EMBEDKIT_ROWS[name].get("dtype", "float32")
 
 
@@ -206,7 +211,9 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--docs", default="1000", help="texts timed: a number or 'all'")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--encoders", help="comma-separated rows (default: every one that runs on --device)")
-    parser.add_argument("--st-batch-sizes", help=f"the peer's batch sizes to sweep (16,32,64,128; {GPU_SWEEP} on CUDA)")
+    parser.add_argument(
+        "--st-batch-sizes", help=f"the peer's batch sizes to sweep (8,16,32,64,128; {GPU_SWEEP} on CUDA)"
+    )
     parser.add_argument("--st-sweep-docs", type=int, default=200, help="texts the batch-size sweep encodes")
     parser.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]")
     parser.add_argument("--threads", type=int, help="threads of every row (default: torch's default)")
@@ -226,7 +233,7 @@ def _arguments() -> argparse.Namespace:
     except EmbedkitError as error:
         parser.error(f"--device: {error}")
     args.on_gpu = torch.device(args.device).type == "cuda"
-    sizes = (args.st_batch_sizes or (GPU_SWEEP if args.on_gpu else "16,32,64,128")).split(",")
+    sizes = (args.st_batch_sizes or (GPU_SWEEP if args.on_gpu else "8,16,32,64,128")).split(",")
     if not all(size.strip().isdigit() and int(size) > 0 for size in sizes):
         parser.error("--st-batch-sizes takes comma-separated positive numbers")
     args.st_sizes = [int(size) for size in sizes]

@@ -66,10 +66,9 @@ def main() -> None:
         except metadata.PackageNotFoundError:
             continue
     precision = None
-    if args.backend == "openvino":
+    if args.backend == "openvino":  # optimum-intel keeps the compiled model as ``request``
         compiled = getattr(model[0].auto_model, "request", None)
-        compiled = getattr(compiled, "get_compiled_model", lambda: None)() if compiled is not None else None
-        if compiled is not None:
+        if hasattr(compiled, "get_property"):
             precision = str(compiled.get_property("INFERENCE_PRECISION_HINT"))
     print(json.dumps({"ready": True, "load_s": round(load_s, 2), "versions": versions, "precision": precision}))
     sys.stdout.flush()

@@ -31,7 +31,7 @@ Backend = Annotated[
         "reports usage to Intel on import unless opted out). [default: torch]"
     ),
 ]
-BatchTokens = Annotated[Optional[int], typer.Option(help="Padded tokens per batch (default 2048 CPU, 65536 GPU).")]
+BatchTokens = Annotated[Optional[int], typer.Option(help="Padded tokens per batch (default 4096 CPU, 65536 GPU).")]
 Dataset = Annotated[str, typer.Option("--dataset", "-d", help="BEIR dataset folder or name (e.g. scifact).")]
 DataDir = Annotated[Optional[Path], typer.Option(help="Folder holding BEIR datasets by name.")]
 Nprobe = Annotated[Optional[int], typer.Option(help="IVF lists to visit per query.")]

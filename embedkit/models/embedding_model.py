@@ -51,8 +51,9 @@ class EmbeddingModel:
         self.normalize = normalize
         self.dtype = dtype
         self.device = device
-        # padded tokens per forward pass: cache-sized batches on a CPU, large ones on a GPU
-        self.batch_tokens = batch_tokens or (2048 if device == "cpu" else 65536)
+        # padded tokens per forward pass: on a CPU the best of 2,048-16,384 on texts encode.py does not time
+        # (benchmarks/encode_budget.py), large batches on a GPU
+        self.batch_tokens = batch_tokens or (4096 if device == "cpu" else 65536)
         self.backend = backend
         self.backend_config = backend_config or {}
 
