@@ -22,6 +22,8 @@ from pathlib import Path
 import pytest
 from conftest import write_scifact_slice
 
+pytestmark = pytest.mark.two_threads  # the fresh interpreters run with torch's two threads, as users do
+
 # State before and after, and what differs; printed as one JSON line for the test to read.
 PROBE = """
 import json, logging, os, sys, warnings
@@ -33,9 +35,6 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 matplotlib.use("svg")  # the host's choice (a notebook's inline backend, say)
 import matplotlib.pyplot  # noqa: E402,F401
-
-pytestmark = pytest.mark.two_threads  # the fresh interpreters run with torch's two threads, as users do
-
 
 def loggers():
     found = {name: logger for name, logger in logging.root.manager.loggerDict.items()
