@@ -88,7 +88,7 @@ def test_clean_waits_for_an_export_being_written(home):
 
     def write():
         try:
-            cached_export(folder, build)
+            cached_export(folder, build, {"model": "a test", "network": "none"})
         except BaseException as error:
             errors.append(error)
 

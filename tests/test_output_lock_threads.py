@@ -101,7 +101,7 @@ def test_two_threads_build_one_cached_export(tmp_path, tiny_bert):
     import torch
 
     from embedkit import load_model
-    from embedkit.models.onnx import cached_export, export_onnx, export_sample
+    from embedkit.models.onnx import cached_export, export_onnx, export_sample, network_source
 
     st = load_model(tiny_bert, pooling="mean", device="cpu").st
     network = st[0].model
@@ -113,7 +113,7 @@ def test_two_threads_build_one_cached_export(tmp_path, tiny_bert):
         export_onnx(network, sample, names, tmp)
 
     folder = tmp_path / "onnx" / "tiny-fp32"
-    paths = _in_threads(2, lambda i: cached_export(folder, build))
+    paths = _in_threads(2, lambda i: cached_export(folder, build, network_source(network)))
     assert len(builds) == 1 and paths == [folder / "model.onnx"] * 2
     assert sorted(p.name for p in (tmp_path / "onnx").iterdir()) == ["tiny-fp32"]
     session = onnxruntime.InferenceSession(str(paths[0]), providers=["CPUExecutionProvider"])

@@ -45,8 +45,6 @@ VARIANTS = {
     "fp32-eager": "float32 ONNX export with eager attention, for the openvino backend",
     "int8": "int8 ONNX, ONNX Runtime dynamic quantisation",
 }
-# What each network key was computed from (model name or path, class), for the entry its exports record.
-_sources: dict[str, dict[str, str]] = {}
 
 
 def onnx_cache_root() -> Path:
@@ -104,9 +102,12 @@ def network_key(network: torch.nn.Module, input_names: list[str]) -> str:
         digest.update(name.encode())
         digest.update(str(tensor.dtype).encode() + repr(tuple(tensor.shape)).encode())
         digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy())
-    key = digest.hexdigest()[:32]
-    _sources[key] = {"model": str(getattr(network.config, "name_or_path", "") or ""), "network": type(network).__name__}
-    return key
+    return digest.hexdigest()[:32]
+
+
+def network_source(network: torch.nn.Module) -> dict[str, str]:
+    """The model name or path and class an export was made from, as its ``entry.json`` records them."""
+    return {"model": str(getattr(network.config, "name_or_path", "") or ""), "network": type(network).__name__}
 
 
 def describe(name: str) -> str:
@@ -117,11 +118,11 @@ def describe(name: str) -> str:
     return f"{holds}, preset {preset}" if preset else holds
 
 
-def cached_export(folder: Path, build: Any, holds: str | None = None) -> Path:
+def cached_export(folder: Path, build: Any, source: dict[str, str], holds: str | None = None) -> Path:
     """``folder/model.onnx``, built once by ``build(tmp_folder)`` beside it and renamed into place under a lock.
 
     The folder gets ``entry.json``: what it holds (``holds``, else read from the folder's name), the model it was
-    exported from (when ``network_key`` named it in this process), the library versions and when it was made.
+    exported from (``source``: ``network_source``), the library versions and when it was made.
     """
     model = folder / "model.onnx"
     if model.is_file():
@@ -137,7 +138,7 @@ def cached_export(folder: Path, build: Any, holds: str | None = None) -> Path:
                     "format": ENTRY_FORMAT,
                     "key": folder.name,
                     "holds": holds or describe(folder.name),
-                    **_sources.get(folder.name.partition("-")[0], {}),
+                    **source,
                     "versions": export_versions(),
                     "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                 }
@@ -266,11 +267,15 @@ def use_onnx(st: SentenceTransformer, quantized: bool) -> dict[str, Any]:
     sample, input_names = export_sample(st)
     key = network_key(network, input_names)
     root = onnx_cache_root()
-    fp32 = cached_export(root / f"{key}-fp32", lambda tmp: export_onnx(network, sample, input_names, tmp))
+    fp32 = cached_export(
+        root / f"{key}-fp32", lambda tmp: export_onnx(network, sample, input_names, tmp), network_source(network)
+    )
     path, config = fp32, {"onnxruntime": ort.__version__, "opset": ONNX_OPSET, "export": "torch.onnx dynamo"}
     if quantized:
         preset, reduce_range = int8_preset(), not full_range()
-        path = cached_export(root / f"{key}-int8-{preset}", lambda tmp: quantize_onnx(fp32, tmp, reduce_range))
+        path = cached_export(
+            root / f"{key}-int8-{preset}", lambda tmp: quantize_onnx(fp32, tmp, reduce_range), network_source(network)
+        )
         config |= {
             "quantization": "onnxruntime dynamic int8",
             "preset": preset,

@@ -27,6 +27,7 @@ from embedkit.models.onnx import (
     export_onnx,
     export_sample,
     network_key,
+    network_source,
     onnx_cache_root,
     text_transformer,
 )
@@ -126,7 +127,7 @@ def use_openvino(st: SentenceTransformer, dtype: str) -> dict[str, Any]:
     network = transformer.model
     sample, names = export_sample(st, "openvino")
     folder = onnx_cache_root() / f"{network_key(network, names)}-fp32-eager"
-    path = cached_export(folder, lambda tmp: _export_eager(network, sample, names, tmp))
+    path = cached_export(folder, lambda tmp: _export_eager(network, sample, names, tmp), network_source(network))
     threads = torch.get_num_threads()
     transformer.model = OpenVinoNetwork(path, network.config, dtype, threads)
     return {
