@@ -15,11 +15,12 @@ from typing import Any
 
 import datasets
 
-from embedkit.data.jsonl import check_id, find_file, read_lines_of, read_records
+from embedkit.data.jsonl import find_file, read_lines_of, read_records
 from embedkit.data.resolve import resolve_dataset
 from embedkit.errors import EmbedkitError
 from embedkit.protocols import Qrels
 from embedkit.storage import sha256_file, sha256_json
+from embedkit.validation import check_id
 
 # Part of the Arrow cache key of a loaded corpus: bump it when the reader's checks change, so no corpus cached by an
 # older reader skips them.

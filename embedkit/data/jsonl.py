@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import gzip
 import json
-import unicodedata
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from embedkit.errors import EmbedkitError
+from embedkit.validation import check_id, check_text
 
 GZIP_MAGIC = b"\x1f\x8b"
 BOM = "\ufeff"
@@ -59,42 +59,6 @@ def read_lines_of(path: Path) -> Iterator[tuple[int, str]]:
                 yield number, line.rstrip("\n").removesuffix("\r")
     except (EOFError, zlib.error, gzip.BadGzipFile) as err:
         raise EmbedkitError(f"truncated or corrupt gzip data ({err})", path=path, line=number + 1) from None
-
-
-def check_id(value: Any, path: Path | str | None, line: int | None, field: str) -> str:
-    """An id as a string; refused when empty or holding whitespace or control characters, which TREC run files,
-    qrels and ``docid`` files cannot carry."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        value = str(value)
-    if not isinstance(value, str):
-        raise EmbedkitError("must be a string", path=path, line=line, field=field)
-    if not value:
-        raise EmbedkitError("must not be empty", path=path, line=line, field=field)
-    for char in value:
-        if char.isspace() or unicodedata.category(char) in ("Cc", "Cs"):
-            raise EmbedkitError(
-                f"contains {unicodedata.name(char, repr(char))!s} ({char!r}); ids cannot hold whitespace or "
-                "control characters",
-                path=path,
-                line=line,
-                field=field,
-            )
-    return value
-
-
-def check_text(value: Any, path: Path | str | None, line: int | None, field: str, required: bool) -> str | None:
-    """A text field as a string (``None`` when optional and absent); lone surrogates cannot be encoded, so refused."""
-    if value is None and not required:
-        return None
-    if not isinstance(value, str):
-        raise EmbedkitError("must be a string", path=path, line=line, field=field)
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as err:
-        raise EmbedkitError(
-            f"holds a lone surrogate at character {err.start + 1}", path=path, line=line, field=field
-        ) from None
-    return value
 
 
 def read_records(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict[str, Any]]]:

@@ -8,10 +8,11 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from embedkit.data.jsonl import check_id, read_lines_of
+from embedkit.data.jsonl import read_lines_of
 from embedkit.errors import EmbedkitError
 from embedkit.protocols import Run
 from embedkit.storage import write_lines
+from embedkit.validation import check_id
 
 
 def ranked(hits: dict[str, float]) -> list[tuple[str, float]]:

@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 
 from embedkit.data.beir import doc_text
-from embedkit.data.jsonl import check_id
 from embedkit.storage import save_npy, sha256_file, write_lines
+from embedkit.validation import check_id
 
 
 def shard_name(index: int) -> str:

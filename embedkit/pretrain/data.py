@@ -16,9 +16,10 @@ import numpy as np
 from transformers import PreTrainedTokenizerBase
 
 from embedkit.data.beir import READER_VERSION, arrow_from_generator, doc_text, load_dataset
-from embedkit.data.jsonl import check_text, read_lines_of, read_records, require_file
+from embedkit.data.jsonl import read_lines_of, read_records, require_file
 from embedkit.errors import EmbedkitError
 from embedkit.storage import sha256_file
+from embedkit.validation import check_text
 
 
 def _jsonl_texts(path: str, stamp: str):
