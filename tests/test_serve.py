@@ -13,7 +13,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,17 +69,13 @@ def served_index(subset, default_model, tmp_path_factory) -> Path:
     return built.save(tmp_path_factory.mktemp("serve") / "index")
 
 
-@pytest.fixture(scope="module")
-def server(served_index, scifact_subset, tmp_path_factory):
-    """``python -m embedkit serve`` on a free port; stopped (SIGTERM, then SIGKILL) when the module's tests end."""
+@contextmanager
+def running_server(index: Path, log_dir: Path, *flags: str) -> Iterator[Server]:
+    """``python -m embedkit serve --index INDEX FLAGS`` on a free port, once /health answers; stopped (SIGTERM, then
+    SIGKILL) when the block ends. test_serve_isolation.py starts its own with this."""
     port = free_port()
-    log = tmp_path_factory.mktemp("serve-log") / "server.log"
-    command = [
-        *(sys.executable, "-m", "embedkit", "serve", "--index", str(served_index), "--dataset", str(scifact_subset)),
-        *("--port", str(port), "--device", "cpu", "--max-wait-ms", "20"),
-        *("--max-queries", str(LIMITS["max_queries"]), "--max-k", str(LIMITS["max_k"])),
-        *("--max-request-bytes", "64KiB"),
-    ]
+    log = log_dir / "server.log"
+    command = [sys.executable, "-m", "embedkit", "serve", "--index", str(index), "--port", str(port), *flags]
     with open(log, "wb") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env={**os.environ})
     served = Server(f"http://127.0.0.1:{port}", process, log)
@@ -102,6 +100,21 @@ def server(served_index, scifact_subset, tmp_path_factory):
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def server(served_index, scifact_subset, tmp_path_factory):
+    flags = ["--dataset", str(scifact_subset), "--device", "cpu", "--max-wait-ms", "20"]
+    flags += [
+        "--max-queries",
+        str(LIMITS["max_queries"]),
+        "--max-k",
+        str(LIMITS["max_k"]),
+        "--max-request-bytes",
+        "64KiB",
+    ]
+    with running_server(served_index, tmp_path_factory.mktemp("serve-log"), *flags) as served:
+        yield served
 
 
 @pytest.fixture(scope="module")

@@ -41,6 +41,7 @@ def serve(
     """
     from embedkit.errors import EmbedkitError
     from embedkit.serving.settings import ServeSettings, parse_bytes
+    from embedkit.validation import check_number
 
     settings = ServeSettings(
         host=host,
@@ -51,8 +52,8 @@ def serve(
         max_k=max_k,
         max_request_bytes=parse_bytes(max_request_bytes),
     ).check()
-    opt.at_least(nprobe, 1, "--nprobe")
-    opt.at_least(ef_search, 1, "--ef-search")
+    check_number(nprobe, "--nprobe", minimum=1, maximum=1 << 20)  # FAISS clamps nprobe to the index's lists
+    check_number(ef_search, "--ef-search", minimum=1, maximum=1 << 20)  # a queue this deep is already exhaustive
     runtime = opt.ModelOptions(model=model, dtype=dtype, device=device, backend=backend).check()
     try:
         import fastapi  # noqa: F401

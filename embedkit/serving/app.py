@@ -1,7 +1,7 @@
 """The FastAPI app of ``embedkit serve``: /search, an OpenAI-compatible /v1/embeddings, /health and a search page.
 
-Requests are checked here (sizes, counts, ``k``) and answered by the ``Engine`` through the ``MicroBatcher``, so
-concurrent clients share encoder calls. ``serve`` runs it under uvicorn in this process.
+Requests are checked here (``bodies``: sizes, counts, texts, ``k``) and answered by the ``Engine`` through the
+``MicroBatcher``, so concurrent clients share encoder calls. ``serve`` runs it under uvicorn in this process.
 """
 
 from __future__ import annotations
@@ -10,57 +10,17 @@ import base64
 import sys
 from contextlib import asynccontextmanager
 from importlib import resources
-from typing import Any, Literal, Optional
+from typing import Any
 
 from fastapi import FastAPI
 from fastapi.responses import HTMLResponse, JSONResponse
-from pydantic import BaseModel, ConfigDict, StrictInt, StrictStr
 
-from embedkit.serving.batcher import MicroBatcher
+from embedkit.serving import bodies
+from embedkit.serving.batcher import MicroBatcher, WorkFailed
+from embedkit.serving.bodies import EmbeddingsRequest, SearchRequest
 from embedkit.serving.engine import Engine
 from embedkit.serving.errors import BodyLimit, RequestError, install_error_handlers
 from embedkit.serving.settings import ServeSettings, is_loopback
-
-
-class SearchRequest(BaseModel):
-    """``{"queries": [...], "k": 10}``; unknown fields are refused, so a misspelt one is not silently ignored."""
-
-    model_config = ConfigDict(extra="forbid")
-    queries: list[StrictStr]
-    k: StrictInt = 10
-
-
-class EmbeddingsRequest(BaseModel):
-    """OpenAI's embeddings request; ``input`` is checked by hand so its errors name ``input`` or ``input[i]``."""
-
-    input: Any
-    model: Optional[StrictStr] = None
-    encoding_format: Literal["float", "base64"] = "float"
-    dimensions: Optional[StrictInt] = None
-    user: Optional[StrictStr] = None
-
-
-def check_texts(texts: list[str], field: str, limit: int) -> list[str]:
-    """Refuse no texts, too many texts or a blank one (which would be encoded as noise)."""
-    if not texts:
-        raise RequestError(field, "must hold at least one text")
-    if len(texts) > limit:
-        raise RequestError(field, f"holds {len(texts)} texts; at most {limit} per request (--max-queries)")
-    for i, text in enumerate(texts):
-        if not text.strip():
-            raise RequestError(f"{field}[{i}]", "must not be empty")
-    return texts
-
-
-def embeddings_input(value: Any, limit: int) -> list[str]:
-    if isinstance(value, str):
-        return check_texts([value], "input", limit)
-    if not isinstance(value, list):
-        raise RequestError("input", "must be a string or a list of strings")
-    for i, text in enumerate(value):
-        if not isinstance(text, str):
-            raise RequestError(f"input[{i}]", "must be a string (token arrays are not accepted)")
-    return check_texts(value, "input", limit)
 
 
 def create_app(engine: Engine, settings: ServeSettings) -> FastAPI:
@@ -88,23 +48,35 @@ def create_app(engine: Engine, settings: ServeSettings) -> FastAPI:
     async def health() -> dict[str, Any]:
         return {"status": "ok", **engine.describe(), "limits": settings.limits, "batching": batcher.stats.as_dict()}
 
+    async def answer(texts: list[str], k: int | None, names: list[str], field: str) -> Any:
+        """The batcher's answer for one request; a failure of this request alone names the text at fault."""
+        try:
+            return await batcher.submit(texts, k)
+        except WorkFailed as failed:
+            raise bodies.failure(failed, names, field) from None
+
     @app.post("/search")
     async def search(request: SearchRequest) -> JSONResponse:
-        queries = check_texts(request.queries, "queries", settings.max_queries)
-        if not 1 <= request.k <= settings.max_k:
-            raise RequestError("k", f"must be in 1..{settings.max_k} (--max-k), not {request.k}")
-        hits = await batcher.submit(queries, request.k)
+        queries, names = bodies.texts(request.queries, "queries", settings.max_queries)
+        k = bodies.whole_number(request.k, "k", settings.max_k, "--max-k")
+        hits = await answer(queries, k, names, "queries")
         results = [{"query": query, "hits": found} for query, found in zip(queries, hits)]
-        return JSONResponse({"model": model_name, "k": request.k, "results": results})
+        return JSONResponse({"model": model_name, "k": k, "results": results})
 
     @app.post("/v1/embeddings")
     async def embeddings(request: EmbeddingsRequest) -> JSONResponse:
-        texts = embeddings_input(request.input, settings.max_queries)
-        if request.model is not None and request.model not in engine.model_names:
-            raise RequestError("model", f"this server embeds with '{model_name}', not '{request.model}'")
-        if request.dimensions is not None and request.dimensions != engine.model.dim:
-            raise RequestError("dimensions", f"the model gives {engine.model.dim} dimensions, not {request.dimensions}")
-        vectors, tokens = await batcher.submit(texts, None)
+        texts, names = bodies.texts(request.input, "input", settings.max_queries, single=True)
+        model = bodies.optional_text(request.model, "model")
+        bodies.optional_text(request.user, "user")
+        if model is not None and model not in engine.model_names:
+            raise RequestError("model", f"this server embeds with '{model_name}', not '{model}'")
+        if request.encoding_format not in ("float", "base64"):
+            raise RequestError("encoding_format", f"must be 'float' or 'base64', not {request.encoding_format!r}")
+        if request.dimensions is not None:
+            dimensions = bodies.whole_number(request.dimensions, "dimensions", 1 << 20, "the model's size")
+            if dimensions != engine.model.dim:
+                raise RequestError("dimensions", f"the model gives {engine.model.dim} dimensions, not {dimensions}")
+        vectors, tokens = await answer(texts, None, names, "input")
         if request.encoding_format == "base64":  # OpenAI's: little-endian float32 bytes
             encoded = [base64.b64encode(row.astype("<f4").tobytes()).decode("ascii") for row in vectors]
         else:

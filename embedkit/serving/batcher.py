@@ -5,6 +5,10 @@ arrive within a few milliseconds (or until ``max_batch`` queries) and hands them
 worker runs, new requests queue up and form the next batch, so a busy server batches more without waiting more.
 The worker is one thread: torch and FAISS use their own threads inside a call, and one caller at a time keeps
 their results independent of how requests happened to be grouped.
+
+One request must not fail its neighbours: when a batch raises, its requests are run again one by one, and a request
+that still fails alone is searched for the first text that fails alone, so the client is told which of its inputs
+to fix (``WorkFailed``) while every other request of the batch gets its answer.
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Any
+
+from embedkit.validation import check_number
 
 # (texts, k): k is None for an embeddings request
 Work = tuple[list[str], "int | None"]
@@ -30,6 +36,8 @@ class BatchStats:
     largest_batch_requests: int = 0
     largest_batch_queries: int = 0
     multi_request_batches: int = 0  # batches that held more than one request
+    isolated_batches: int = 0  # batches that raised and were run again request by request
+    failed_requests: int = 0  # requests that failed when run alone
 
     def add(self, jobs: Sequence[_Job]) -> None:
         self.batches += 1
@@ -44,6 +52,15 @@ class BatchStats:
         return asdict(self)
 
 
+class WorkFailed(Exception):
+    """One request's work failed when run alone: ``error`` is what ``process`` raised, ``position`` the index of
+    the request's first text that also fails alone (``None`` when each text passes alone)."""
+
+    def __init__(self, error: Exception, position: int | None) -> None:
+        super().__init__(f"{type(error).__name__}: {error}")
+        self.error, self.position = error, position
+
+
 @dataclass
 class _Job:
     texts: list[str]
@@ -56,8 +73,8 @@ class MicroBatcher:
 
     def __init__(self, process: Callable[[list[Work]], list[Any]], max_batch: int, max_wait_ms: float) -> None:
         self.process = process
-        self.max_batch = max_batch
-        self.max_wait = max_wait_ms / 1000
+        self.max_batch = check_number(max_batch, "max_batch", minimum=1)
+        self.max_wait = check_number(max_wait_ms, "max_wait_ms", minimum=0, maximum=60_000) / 1000  # NaN: no batch ends
         self.stats = BatchStats()
         self._queue: asyncio.Queue[_Job] | None = None
         self._arrived: asyncio.Event | None = None
@@ -110,20 +127,43 @@ class MicroBatcher:
         return jobs
 
     async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
         while True:
             jobs = [job for job in await self._next_batch() if not job.future.done()]  # a client may have left
             if not jobs:
                 continue
             self.stats.add(jobs)
-            work = [(job.texts, job.k) for job in jobs]
-            try:
-                results = await loop.run_in_executor(self._executor, self.process, work)
-            except Exception as err:  # a bug in process: every request of the batch gets it, the server goes on
+            await self._answer(jobs)
+
+    async def _call(self, work: list[Work]) -> list[Any]:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, self.process, work)
+
+    async def _answer(self, jobs: list[_Job]) -> None:
+        """Run ``jobs`` together; if that raises, each alone, so only the request at fault gets the error."""
+        try:
+            results = await self._call([(job.texts, job.k) for job in jobs])
+        except Exception as err:
+            if len(jobs) > 1:
+                self.stats.isolated_batches += 1
                 for job in jobs:
                     if not job.future.done():
-                        job.future.set_exception(err)
-                continue
-            for job, result in zip(jobs, results):
-                if not job.future.done():
-                    job.future.set_result(result)
+                        await self._answer([job])
+                return
+            self.stats.failed_requests += 1
+            failed = WorkFailed(err, await self._culprit(jobs[0]))
+            if not jobs[0].future.done():
+                jobs[0].future.set_exception(failed)
+            return
+        for job, result in zip(jobs, results):
+            if not job.future.done():
+                job.future.set_result(result)
+
+    async def _culprit(self, job: _Job) -> int | None:
+        """The first of the job's texts that fails alone (at most one call per text, only on the failure path)."""
+        if len(job.texts) == 1:
+            return 0
+        for position, text in enumerate(job.texts):
+            try:
+                await self._call([([text], job.k)])
+            except Exception:
+                return position
+        return None

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from embedkit.errors import EmbedkitError
+from embedkit.validation import check_number, check_texts
 
 if TYPE_CHECKING:
     from embedkit.data.beir import BeirDataset
@@ -81,9 +82,14 @@ class Engine:
         """One batch: all texts encoded together; each request's rows searched at its own ``k``.
 
         Requests are grouped by ``k`` rather than searched at the largest and cut, so a hit list never depends on
-        which other requests shared the batch.
+        which other requests shared the batch. Texts and ``k`` are checked again here (a library entry point trusts
+        no caller): a text that cannot be encoded is an ``EmbedkitError``, not the tokenizer's ``TypeError``. A
+        ``k`` above the index's size returns the whole index, as FAISS does, without allocating ``k`` slots.
         """
-        texts = [text for request_texts, _ in work for text in request_texts]
+        texts = check_texts([text for request_texts, _ in work for text in request_texts], "texts")
+        for _, k in work:
+            if k is not None and not isinstance(check_number(k, "k", minimum=1), int):
+                raise EmbedkitError(f"must be a whole number, not {k!r}", field="k")
         vectors = self.model.encode_queries(texts, show_progress=False)
         bounds = np.cumsum([0] + [len(request_texts) for request_texts, _ in work])
         results: list[Any] = [None] * len(work)
@@ -96,7 +102,7 @@ class Engine:
                 by_k.setdefault(k, []).append(position)
         for k, positions in by_k.items():
             rows = np.concatenate([np.arange(bounds[p], bounds[p + 1]) for p in positions])
-            scores, hits = self.index.search(vectors[rows], k)
+            scores, hits = self.index.search(vectors[rows], max(1, min(k, len(self.index))))
             found = self._hits(scores, hits)
             start = 0
             for p in positions:

@@ -11,6 +11,8 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from embedkit.errors import EmbedkitError
+
 
 class RequestError(Exception):
     """A request the server refuses, naming the field at fault."""
@@ -20,8 +22,21 @@ class RequestError(Exception):
         self.field, self.message, self.status = field, message, status
 
 
+def refusal(err: EmbedkitError, status: int = 422) -> RequestError:
+    """The validation layer's error as a request error: the field it names, its message without that prefix."""
+    field = err.field or "body"
+    return RequestError(field, str(err).split(f"field '{field}': ", 1)[-1], status)
+
+
 def error_response(status: int, field: str | None, message: str, **headers: str) -> JSONResponse:
+    """The error body; a lone surrogate a client sent (say as an unknown field's name) is written escaped, since
+    UTF-8 cannot carry it and the response itself would otherwise fail."""
+    field, message = (None if text is None else _encodable(text) for text in (field, message))
     return JSONResponse({"error": {"field": field, "message": message}}, status_code=status, headers=headers or None)
+
+
+def _encodable(text: str) -> str:
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def field_name(location: tuple[Any, ...] | list[Any]) -> str:
@@ -40,6 +55,10 @@ def install_error_handlers(app: FastAPI) -> None:
     async def refused(request: Request, err: RequestError) -> JSONResponse:
         return error_response(err.status, err.field, err.message)
 
+    @app.exception_handler(EmbedkitError)
+    async def refused_by_library(request: Request, err: EmbedkitError) -> JSONResponse:
+        return await refused(request, refusal(err))
+
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, err: RequestValidationError) -> JSONResponse:
         first = err.errors()[0] if err.errors() else {"loc": ("body",), "msg": "invalid request"}
@@ -47,6 +66,8 @@ def install_error_handlers(app: FastAPI) -> None:
             detail = (first.get("ctx") or {}).get("error", "")
             return error_response(400, "body", f"the body is not valid JSON: {detail}".rstrip(": "))
         location = tuple(first.get("loc", ("body",)))
+        if first.get("type") == "string_unicode" and isinstance(first.get("input"), str):  # a key of the body
+            return error_response(422, first["input"], "this field's name holds a lone surrogate, not UTF-8 text")
         if location == ("body",):  # no body, or one FastAPI did not parse as JSON (its Content-Type is not JSON)
             return error_response(422, "body", "send a JSON object with 'Content-Type: application/json'")
         return error_response(422, field_name(location), first.get("msg", "invalid value"))

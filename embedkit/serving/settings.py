@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import ipaddress
+import math
 import re
 from dataclasses import dataclass
 
 from embedkit.errors import EmbedkitError
+from embedkit.validation import check_number
 
+MAX_REQUEST_BYTES = 1 << 30
 _UNITS = {"": 1, "b": 1, "kb": 1000, "kib": 1 << 10, "mb": 1000**2, "mib": 1 << 20, "gb": 1000**3, "gib": 1 << 30}
 
 
@@ -18,7 +21,11 @@ def parse_bytes(text: str | int, flag: str = "--max-request-bytes") -> int:
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", text)
     if not match or match.group(2).lower() not in _UNITS:
         raise EmbedkitError(f"not a size: {text!r} (e.g. 1048576, 512KiB, 1MiB)", field=flag)
-    return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+    size = float(match.group(1)) * _UNITS[match.group(2).lower()]
+    if not math.isfinite(size) or size > MAX_REQUEST_BYTES:  # int(inf) would raise OverflowError
+        shown = text if len(text) <= 40 else text[:37] + "..."
+        raise EmbedkitError(f"must be at most {MAX_REQUEST_BYTES} bytes (1GiB), not {shown!r}", field=flag)
+    return int(size)
 
 
 def is_loopback(host: str) -> bool:
@@ -29,6 +36,20 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+# (flag, attribute, minimum, maximum, integer): a bound on each knob, so a typo such as --max-wait-ms 1e9 (a server
+# whose first request waits 11 days) or NaN (which compares false with everything, so no batch ever closes) is
+# refused at start rather than giving a server that never answers or runs out of memory.
+BOUNDS = (
+    ("--port", "port", 0, 65535, True),
+    ("--max-batch", "max_batch", 1, 4096, True),
+    ("--max-wait-ms", "max_wait_ms", 0, 60_000, False),
+    ("--max-queries", "max_queries", 1, 4096, True),
+    ("--max-k", "max_k", 1, 100_000, True),
+    ("--max-request-bytes", "max_request_bytes", 64, MAX_REQUEST_BYTES, True),
+    ("--snippet-chars", "snippet_chars", 0, 100_000, True),
+)
 
 
 @dataclass(frozen=True)
@@ -46,20 +67,13 @@ class ServeSettings:
 
     def check(self) -> ServeSettings:
         """Refuse impossible values by their flag names (the CLI shows them as one line)."""
-        if not self.host:
+        if not isinstance(self.host, str) or not self.host:
             raise EmbedkitError("must not be empty", field="--host")
-        if not 0 <= self.port <= 65535:
-            raise EmbedkitError(f"must be in 0..65535, not {self.port}", field="--port")
-        for flag, value, minimum in (
-            ("--max-batch", self.max_batch, 1),
-            ("--max-wait-ms", self.max_wait_ms, 0),
-            ("--max-queries", self.max_queries, 1),
-            ("--max-k", self.max_k, 1),
-            ("--max-request-bytes", self.max_request_bytes, 64),
-            ("--snippet-chars", self.snippet_chars, 0),
-        ):
-            if value < minimum:
-                raise EmbedkitError(f"must be at least {minimum}, not {value}", field=flag)
+        for flag, name, minimum, maximum, integer in BOUNDS:
+            value = check_number(getattr(self, name), flag)  # NaN and ±inf refused by name
+            if value is None or (integer and not isinstance(value, int)):
+                raise EmbedkitError(f"must be a whole number, not {value!r}", field=flag)
+            check_number(value, flag, minimum=minimum, maximum=maximum)
         return self
 
     @property
