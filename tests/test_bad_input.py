@@ -440,7 +440,7 @@ CASES: list[tuple[str, Setup, str]] = [
     (
         "unknown-factory",
         lambda w, a: ["index", "-e", str(a["emb"]), "-o", "idx", "--factory", "IVFx,Flat"],
-        r"field 'factory': FAISS cannot build factory string 'IVFx,Flat'",
+        r"option '--factory': factory string 'IVFx,Flat' refused",
     ),
     (
         "train-config-wrong-type",

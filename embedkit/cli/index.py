@@ -50,16 +50,20 @@ def index(
     Or let a memory budget choose the index: [bold]embedkit index -e emb/msmarco -o idx/ms --max-memory 2GiB[/bold]
     """
     from embedkit.errors import EmbedkitError
-    from embedkit.outputs import check_output_folder
+    from embedkit.outputs import check_output_folder, refuse_inside_other_output
 
     num_partitions = opt.renamed(num_partitions, num_shards, "--num-partitions", "--num-shards")
     opt.one_of(metric, ("ip", "l2"), "--metric")
-    opt.at_least(train_size, 1, "--train-size")
-    opt.at_least(num_partitions, 1, "--num-partitions")
-    opt.at_least(nprobe, 1, "--nprobe")
-    opt.at_least(ef_search, 1, "--ef-search")
-    opt.at_least(rescore, 0, "--rescore")
-    if not 0 < target_recall <= 1:
+    from embedkit.index.factory_check import check_factory
+    from embedkit.index.faiss_helpers import check_whole
+
+    for flag, value, low in (("--train-size", train_size, 1), ("--num-partitions", num_partitions, 1)):
+        check_whole(value, flag, low)
+    for flag, value, low in (("--nprobe", nprobe, 1), ("--ef-search", ef_search, 1), ("--rescore", rescore, 0)):
+        check_whole(value, flag, low)  # above the index's lists or vectors they are clamped when searching
+    if factory is not None:
+        check_factory(factory, metric=metric, field="--factory")  # a bad string: one line, before anything is read
+    if not 0 < target_recall <= 1:  # NaN fails this test too
         raise EmbedkitError(f"must be in (0, 1], not {target_recall}", field="--target-recall")
     if num_partitions is not None and (rescore is not None or tune):
         raise EmbedkitError("--rescore and --tune work on one index, not with --num-partitions")
@@ -83,12 +87,18 @@ def index(
     from embedkit.index.faiss_helpers import INDEX_KINDS, BuildSettings
 
     check_output_folder(output, INDEX_KINDS, overwrite)
+    refuse_inside_other_output(output, "index")
     from embedkit.encode.folder import EmbeddingsFolder
     from embedkit.index.faiss_index import Index
 
     folder = EmbeddingsFolder.open(embeddings)
     if not folder.complete:
         raise EmbedkitError("the embeddings are incomplete; rerun 'embedkit encode' to finish them", path=embeddings)
+    dim, count = folder.manifest["dim"], folder.manifest["count"]
+    if num_partitions is not None and num_partitions > count:
+        raise EmbedkitError(f"must be at most the {count} vectors, not {num_partitions}", field="--num-partitions")
+    if budget is None:  # the dimension and training count known: FAISS's own refusal, still before any build
+        check_factory(factory, dim, metric=metric, count=min(train_size, count), field="--factory")
     settings = BuildSettings(factory, metric, train_size=train_size, nprobe=nprobe, ef_search=ef_search).check()
     if num_partitions is not None:
         from embedkit.index.partitioned import build_partitioned

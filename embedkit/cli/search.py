@@ -37,18 +37,20 @@ def search(
     """
     from embedkit.data.trec import looks_like_run
     from embedkit.errors import EmbedkitError
-    from embedkit.outputs import check_output_file
+    from embedkit.outputs import check_output_file, refuse_inside_other_output
 
     if (dataset is None) == (queries is None):
         raise EmbedkitError("give exactly one of --dataset or --queries")
     if queries is not None:
         opt.refuse_unused({"--split": split, "--data-dir": data_dir}, "with --queries (a file's queries are all used)")
-    opt.at_least(k, 1, "-k")
-    opt.at_least(nprobe, 1, "--nprobe")
-    opt.at_least(ef_search, 1, "--ef-search")
-    opt.at_least(rescore, 0, "--rescore")
+    from embedkit.index.faiss_helpers import check_whole
+
+    check_whole(k, "-k", 1, maximum=None)  # above the corpus size: every document, as many as there are
+    for flag, value, low in (("--nprobe", nprobe, 1), ("--ef-search", ef_search, 1), ("--rescore", rescore, 0)):
+        check_whole(value, flag, low)  # clamped to the index's lists or vectors when searching
     runtime = opt.ModelOptions(model=model, dtype=dtype, device=device, backend=backend).check()
     check_output_file(output, overwrite, looks_like_run, "TREC run")
+    refuse_inside_other_output(output, "TREC run")
     from embedkit.data.beir import load_dataset, load_queries
     from embedkit.index.partitioned import load_index
 

@@ -10,6 +10,7 @@ _EXPORTS = {
     "PartitionedIndex": "embedkit.index.partitioned",
     "ShardedIndex": "embedkit.index.partitioned",
     "Vectors": "embedkit.index.vectors",
+    "check_factory": "embedkit.index.factory_check",
     "load_index": "embedkit.index.partitioned",
 }
 __all__ = [
@@ -18,11 +19,13 @@ __all__ = [
     "PartitionedIndex",
     "ShardedIndex",
     "Vectors",
+    "check_factory",
     "load_index",
 ]
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 if TYPE_CHECKING:
+    from embedkit.index.factory_check import check_factory
     from embedkit.index.faiss_helpers import BuildSettings
     from embedkit.index.faiss_index import Index
     from embedkit.index.partitioned import PartitionedIndex, ShardedIndex, load_index

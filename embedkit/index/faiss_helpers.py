@@ -1,20 +1,14 @@
-"""FAISS helpers and index file I/O shared by every index module (the leaf of ``embedkit.index``).
+"""FAISS helpers shared by every index module (the leaf of ``embedkit.index``).
 
-``Index``, the folder builders, the on-disk IVF and partitioned indexes all import from here and never from each
-other's internals, so the package has no import cycle.
+``Index``, the folder builders, the on-disk IVF and partitioned indexes all import from here (and from
+``index_files`` and ``search_params``, which build on it) and never from each other's internals, so the package has
+no import cycle.
 """
 
 from __future__ import annotations
 
-import ctypes
 import logging
-import os
-import shutil
-import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import faiss
@@ -22,7 +16,9 @@ import numpy as np
 
 from embedkit.environment import library_versions
 from embedkit.errors import EmbedkitError
-from embedkit.storage import read_json, read_lines, sha256_file
+from embedkit.index.factory_check import check_factory
+from embedkit.index.vectors import finite_matrix
+from embedkit.validation import check_number
 
 logger = logging.getLogger(__name__)
 
@@ -50,11 +46,13 @@ class BuildSettings:
     ef_search: int | None = None
 
     def check(self) -> BuildSettings:
+        """Refuse what FAISS would crash or hang on: the factory string (parsed), non-finite or out-of-range numbers."""
         if self.metric not in METRICS:
             raise EmbedkitError(f"unknown metric '{self.metric}' (choose from {', '.join(METRICS)})", field="metric")
-        for name in ("train_size", "add_batch_size"):
-            if getattr(self, name) < 1:
-                raise EmbedkitError(f"must be at least 1, not {getattr(self, name)}", field=name)
+        check_factory(self.factory, metric=self.metric)
+        for name in ("train_size", "add_batch_size", "nprobe", "ef_search"):
+            check_whole(getattr(self, name), name, 1)
+        check_whole(self.seed, "seed", 0)
         return self
 
     @property
@@ -111,11 +109,9 @@ def faiss_reason(err: RuntimeError) -> str:
     return str(err).strip().splitlines()[-1].rsplit(": ", 1)[-1]
 
 
-def as_matrix(vectors: np.ndarray, name: str) -> np.ndarray:
-    vectors = np.asarray(vectors)
-    if vectors.ndim != 2:
-        raise EmbedkitError(f"{name} must be a 2-d array, got shape {vectors.shape}")
-    return np.ascontiguousarray(vectors, dtype=np.float32)
+def as_matrix(vectors: Any, name: str) -> np.ndarray:
+    """A 2-d float32 array of finite numbers (``finite_matrix``): FAISS would rank NaN scores silently."""
+    return finite_matrix(vectors, name)
 
 
 def is_binary_factory(factory: str) -> bool:
@@ -137,9 +133,11 @@ def binarize(vectors: np.ndarray) -> np.ndarray:
 
 
 def new_index(dim: int, factory: str, metric: str) -> faiss.Index | faiss.IndexBinary:
-    """An empty CPU index from a factory string (binary for 'B...'), with FAISS's complaint as a user error."""
+    """An empty CPU index from a factory string (binary for 'B...'), checked first (``check_factory``: parameters
+    that crash FAISS natively never reach it), with FAISS's complaint as a user error."""
     if metric not in METRICS:
         raise EmbedkitError(f"unknown metric '{metric}' (choose from {', '.join(METRICS)})", field="metric")
+    check_factory(factory, dim, metric=metric, build=False)
     try:
         if is_binary_factory(factory):
             _check_binary_dim(dim)
@@ -151,51 +149,6 @@ def new_index(dim: int, factory: str, metric: str) -> faiss.Index | faiss.IndexB
         ) from None
 
 
-def set_binary_parameter(index: faiss.IndexBinary, name: str, value: int, factory: str | None) -> None:
-    """``ParameterSpace`` does not know binary indexes: set IVF ``nprobe`` / HNSW ``efSearch`` directly."""
-    inner = faiss.downcast_IndexBinary(index)
-    if name == "nprobe" and isinstance(inner, faiss.IndexBinaryIVF):
-        inner.nprobe = value
-    elif name == "efSearch" and isinstance(inner, faiss.IndexBinaryHNSW):
-        inner.hnsw.efSearch = value
-    else:
-        raise EmbedkitError(f"index '{factory}' has no search parameter '{name}'", field=name)
-
-
-def unwrap(index: Any) -> Any:
-    """The index under pre-transforms (OPQ, PCA, ...) and refinement wrappers."""
-    inner = faiss.downcast_index(index)
-    while True:
-        if isinstance(inner, faiss.IndexPreTransform):
-            inner = faiss.downcast_index(inner.index)
-        elif isinstance(inner, faiss.IndexRefine):
-            inner = faiss.downcast_index(inner.base_index)
-        else:
-            return inner
-
-
-def current_search_param(index: Any, name: str) -> int:
-    """The ``nprobe`` or ``efSearch`` FAISS searches ``index`` with now (set or default)."""
-    if isinstance(index, faiss.IndexBinary):
-        inner = faiss.downcast_IndexBinary(index)
-        owner = inner if name == "nprobe" else getattr(inner, "hnsw", None)
-    else:
-        ivf = faiss.try_extract_index_ivf(index)
-        inner = unwrap(index)
-        if name == "nprobe":
-            owner = ivf if ivf is not None else inner  # a GPU IVF index has nprobe itself
-        else:
-            hnsw_owner = inner if hasattr(inner, "hnsw") else None
-            if hnsw_owner is None and ivf is not None:  # IVF with an HNSW coarse quantizer
-                quantizer = faiss.downcast_index(ivf.quantizer)
-                hnsw_owner = quantizer if hasattr(quantizer, "hnsw") else None
-            owner = getattr(hnsw_owner, "hnsw", None)
-    value = getattr(owner, "nprobe" if name == "nprobe" else "efSearch", None)
-    if value is None:
-        raise EmbedkitError(f"the index has no search parameter '{name}'", field=name)
-    return int(value)
-
-
 def check_model_settings(built_with: dict[str, Any], settings: dict[str, Any]) -> None:
     """Refuse query vectors from a model other than the one that encoded the documents (``MODEL_IDENTITY``)."""
     differs = [key for key in MODEL_IDENTITY if built_with.get(key) != settings.get(key)]
@@ -204,124 +157,27 @@ def check_model_settings(built_with: dict[str, Any], settings: dict[str, Any]) -
         raise EmbedkitError(f"the index was built with another model ({detail})")
 
 
-def check_rescore(rescore: int) -> int:
-    if int(rescore) != rescore or rescore < 0:
-        raise EmbedkitError(f"rescore must be a whole number >= 0 (0 = off), got {rescore}", field="rescore")
-    return int(rescore)
+REQUIRED_WHOLE = ("k", "-k")  # None means "not given" for the others
+MAX_WHOLE = 2**63 - 1  # what FAISS's C++ parameters (size_t, int64) can hold; larger values are refused
 
 
-def read_meta(path: Path) -> dict[str, Any]:
-    """An index folder's ``meta.json`` (empty for a pyserini folder without one)."""
-    if not (path / "meta.json").is_file():
-        return {}
-    meta = read_json(path / "meta.json")
-    if not isinstance(meta, dict):
-        raise EmbedkitError("expected a JSON object", path=path / "meta.json")
-    return meta
-
-
-def is_partitioned(path: str | Path) -> bool:
-    """Whether ``path`` is a partitioned index folder (by its meta.json)."""
-    return read_meta(Path(path)).get("format") in PARTITIONED_FORMATS
-
-
-@contextmanager
-def quiet_faiss() -> Iterator[None]:
-    """Drop what FAISS's on-disk lists print to the C stdout ("resizing ...", "updating ondisk filename ..."),
-    which would otherwise end up in the CLI's output; a no-op where the C library cannot be reached."""
-    try:
-        libc = ctypes.CDLL(None)
-        saved = os.dup(1)
-    except (OSError, AttributeError, TypeError):
-        yield
-        return
-    sys.stdout.flush()
-    libc.fflush(None)
-    try:
-        with open(os.devnull, "w") as null:
-            os.dup2(null.fileno(), 1)
-        yield
-    finally:
-        libc.fflush(None)
-        os.dup2(saved, 1)
-        os.close(saved)
-
-
-def ondisk_lists(index: faiss.Index) -> Any:
-    """The ``OnDiskInvertedLists`` of an IVF index (through OPQ and other pre-transforms), else ``None``."""
-    ivf = faiss.try_extract_index_ivf(index)
-    if ivf is None:
+def check_whole(value: Any, field: str, minimum: int, maximum: int | None = MAX_WHOLE) -> int | None:
+    """A whole number >= ``minimum`` (``None`` passes: not given); NaN, infinity, 2.5, True and '3' are refused."""
+    if value is None and field in REQUIRED_WHOLE:
+        raise EmbedkitError(f"must be a whole number >= {minimum}, not None", field=field)
+    if value is None:
         return None
-    lists = faiss.downcast_InvertedLists(ivf.invlists)
-    return lists if isinstance(lists, faiss.OnDiskInvertedLists) else None
+    if isinstance(value, (float, np.floating)) and np.isfinite(value) and float(value).is_integer():
+        value = int(value)
+    if isinstance(value, np.integer):
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        check_number(value, field)  # names NaN and infinity
+        raise EmbedkitError(f"must be a whole number >= {minimum}, not {value!r}", field=field)
+    check_number(value, field, minimum=minimum, maximum=maximum)
+    return value
 
 
-def read_index_file(path: Path, binary: bool = False, on_disk: bool = False) -> faiss.Index | faiss.IndexBinary:
-    """Read a FAISS file; an on-disk index's lists are mapped (read-only) from the ``.ivfdata`` beside it, wherever
-    the folder lies and whatever the cwd. A file FAISS cannot read is a user error naming it."""
-    try:
-        if binary:
-            return faiss.read_index_binary(str(path))
-        if not on_disk and not (path.parent / IVFDATA).exists():
-            return faiss.read_index(str(path), faiss.IO_FLAG_ONDISK_SAME_DIR)
-        with quiet_faiss():
-            flags = faiss.IO_FLAG_ONDISK_SAME_DIR | (faiss.IO_FLAG_READ_ONLY if on_disk else 0)
-            return faiss.read_index(str(path), flags)
-    except RuntimeError as err:
-        raise EmbedkitError(f"not a readable FAISS index ({faiss_reason(err)})", path=path) from None
-
-
-def read_index_folder(path: Path) -> tuple[faiss.Index | faiss.IndexBinary, list[str], dict[str, Any]]:
-    """The FAISS index, ids and meta.json of an embedkit or pyserini index folder, checksums and counts checked."""
-    if not path.is_dir():
-        raise EmbedkitError("no such index folder", path=path)
-    if not (path / "index").exists() and is_partitioned(path):
-        raise EmbedkitError("a partitioned index folder: open it with embedkit.index.load_index", path=path)
-    for name in ("index", "docid"):
-        if not (path / name).is_file():
-            raise EmbedkitError(f"the index folder has no '{name}' file", path=path)
-    meta = read_meta(path)
-    for name, digest in (meta.get("files") or {}).items():
-        if sha256_file(path / name) != digest:
-            raise EmbedkitError(
-                "changed since it was written (its sha256 differs from meta.json); rebuild the index", path=path / name
-            )
-    # an on-disk index's lists are mapped from the index.ivfdata beside 'index', whatever the cwd
-    index = read_index_file(path / "index", binary=bool(meta.get("binary")), on_disk=bool(meta.get("on_disk")))
-    ids = read_lines(path / "docid")
-    if index.ntotal != len(ids):
-        raise EmbedkitError(f"'index' holds {index.ntotal} vectors but 'docid' lists {len(ids)} ids", path=path)
-    if meta.get("dim") not in (None, index.d):
-        raise EmbedkitError(f"meta.json says dim {meta['dim']}, the index has {index.d}", path=path, field="dim")
-    meta.setdefault("format", FORMAT)
-    meta.setdefault("dim", int(index.d))
-    meta.setdefault("count", len(ids))
-    return index, ids, meta
-
-
-def write_index_file(index: faiss.Index | faiss.IndexBinary, folder: Path, final_folder: Path) -> None:
-    """Write ``folder/index``; for an on-disk index also put its ``index.ivfdata`` beside it.
-
-    The data file is hard-linked where possible (it is opened read-only, so the copies never diverge) and the header
-    records the path it will have once ``folder`` is renamed to ``final_folder`` (pyserini opens it from any cwd
-    while the folder stays put; embedkit finds it beside ``index`` wherever the folder moves).
-    """
-    if isinstance(index, faiss.IndexBinary):
-        faiss.write_index_binary(index, str(folder / "index"))
-        return
-    index = to_cpu(index)
-    lists = ondisk_lists(index)
-    if lists is None:
-        faiss.write_index(index, str(folder / "index"))
-        return
-    source = Path(lists.filename)
-    if source.resolve() != (folder / IVFDATA).resolve():  # a new on-disk index has written its lists there already
-        try:
-            os.link(source, folder / IVFDATA)
-        except OSError:
-            shutil.copyfile(source, folder / IVFDATA)
-    lists.filename = str(final_folder.resolve() / IVFDATA)
-    try:
-        faiss.write_index(index, str(folder / "index"))
-    finally:
-        lists.filename = str(source)
+def check_rescore(rescore: Any) -> int:
+    """The rescore factor: a whole number >= 0 (0 = off); how deep it reaches is clamped to the index size."""
+    return check_whole(rescore, "rescore", 0)

@@ -6,8 +6,6 @@ so pyserini's ``FaissSearcher`` opens embedkit indexes and embedkit opens pyseri
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,21 +22,22 @@ from embedkit.index.faiss_helpers import (
     binarize,
     check_model_settings,
     check_rescore,
-    current_search_param,
+    check_whole,
+    faiss_reason,
     gpu_count,
-    read_index_folder,
-    set_binary_parameter,
     to_gpu,
-    write_index_file,
 )
+from embedkit.index.index_files import read_index_folder, write_index_file
 from embedkit.index.rescore import rescore as exact_rescore
+from embedkit.index.search_params import SearchParams
 from embedkit.index.torch_search import ExactSearch, TorchExactSearch, flat_storage, wants_torch
 from embedkit.index.vectors import Vectors
 from embedkit.outputs import replace_folder
 from embedkit.storage import sha256_file, write_json, write_lines
+from embedkit.validation import check_ids
 
 
-class Index:
+class Index(SearchParams):
     """A FAISS index with string document ids and the settings it was built and is searched with.
 
     A binary index (factory 'B...') holds 1 bit per dimension and is searched by Hamming distance; its scores are
@@ -53,6 +52,7 @@ class Index:
         self.meta = meta
         self.search_params: dict[str, int] = dict(meta.get("search_params") or {})
         self._vectors: Vectors | None = None
+        self.folder: Path | None = None  # where it was loaded from, named in messages
         self.exact = ExactSearch.from_meta(meta.get("exact_search"))
         self._torch: TorchExactSearch | bool | None = None  # False: FAISS searches (decided on the first search)
 
@@ -84,10 +84,13 @@ class Index:
         ef_search: int | None = None,
     ) -> Index:
         """Build from vectors and ids; trains on a seeded sample of ``train_size`` vectors if the type needs it."""
+        ids = check_ids(ids, "ids")  # a docid file holds one id a line: no whitespace, no repeats, strings only
         embeddings = as_matrix(embeddings, "embeddings")
         if len(embeddings) != len(ids):
-            raise EmbedkitError(f"{len(embeddings)} vectors but {len(ids)} document ids")
-        settings = BuildSettings(factory, metric, train_size, add_batch_size, use_gpu, seed, nprobe, ef_search)
+            raise EmbedkitError(f"{len(embeddings)} vectors but {len(ids)} document ids", field="ids")
+        if not len(ids):
+            raise EmbedkitError("an index needs at least one vector", field="embeddings")
+        settings = BuildSettings(factory, metric, train_size, add_batch_size, use_gpu, seed, nprobe, ef_search).check()
         return cls.from_vectors(Vectors.of(embeddings, ids, model_settings), settings)
 
     @classmethod
@@ -122,7 +125,11 @@ class Index:
             )
         if opened.part_ids is not None and opened.ids() != self.ids:
             raise EmbedkitError("the embeddings folder lists other document ids than the index", path=opened.path)
-        self.meta.update(opened.record())
+        recorded = self.meta.get("vectors") or {}
+        opened.check_same(recorded, self.folder)  # what the index was built from, not what is there now
+        now = opened.record().get("vectors", {})
+        if now and "rows" not in self.meta:
+            self.meta["vectors"] = {**recorded, **{key: value for key, value in now.items() if value}}
         self._vectors = opened
 
     @property
@@ -137,50 +144,6 @@ class Index:
                 )
             self.attach_vectors(recorded)
         return self._vectors
-
-    # --- search parameters -------------------------------------------------------------------------------------
-
-    def _apply(self, params: dict[str, int]) -> None:
-        """Set FAISS search parameters (``nprobe``, ``efSearch``) on the index, through OPQ or other pre-transforms."""
-        for name, value in params.items():
-            if int(value) != value or value < 1:
-                raise EmbedkitError(f"must be a whole number >= 1, got {value}", field=name)
-            if self.binary:
-                set_binary_parameter(self.faiss_index, name, int(value), self.meta.get("factory"))
-                continue
-            space = faiss.GpuParameterSpace() if gpu_count() and hasattr(faiss, "GpuParameterSpace") else None
-            space = space or faiss.ParameterSpace()
-            try:
-                space.set_index_parameter(self.faiss_index, name, int(value))
-            except RuntimeError:
-                raise EmbedkitError(
-                    f"index '{self.meta.get('factory')}' has no search parameter '{name}'", field=name
-                ) from None
-
-    def set_search_params(
-        self, nprobe: int | None = None, ef_search: int | None = None, rescore: int | None = None
-    ) -> None:
-        """Set the index's own IVF ``nprobe`` / HNSW ``efSearch`` and default ``rescore`` factor (0 = off); they are
-        kept in ``meta.json``. (``search`` takes per-call values that do not stick.)"""
-        params = {
-            name: int(value) for name, value in (("nprobe", nprobe), ("efSearch", ef_search)) if value is not None
-        }
-        self._apply(params)
-        self.search_params.update(params)
-        if rescore is not None:
-            self.search_params["rescore"] = check_rescore(rescore)
-        self.meta["search_params"] = dict(self.search_params)
-
-    @contextlib.contextmanager
-    def _temporary(self, params: dict[str, int | None]) -> Iterator[None]:
-        """Search with ``params`` for the block only; the index's own settings (or FAISS's defaults) come back."""
-        given = {name: value for name, value in params.items() if value is not None}
-        before = {name: current_search_param(self.faiss_index, name) for name in given}
-        self._apply(given)
-        try:
-            yield
-        finally:
-            self._apply(before)
 
     # --- search ------------------------------------------------------------------------------------------------
 
@@ -221,17 +184,18 @@ class Index:
             raise EmbedkitError(
                 f"query dimension {queries.shape[1]} does not match the index dimension {self.dim}", field="dim"
             )
-        if int(k) != k or k < 1:
-            raise EmbedkitError(f"k must be a whole number >= 1, got {k}", field="k")
+        k = min(check_whole(k, "k", 1, maximum=None), len(self))  # k above the corpus size: every document
         factor = check_rescore(self.search_params.get("rescore", 0) if rescore is None else rescore)
-        k = min(k, len(self))
         depth = min(k * factor, len(self)) if factor else k
         scores = np.empty((len(queries), k), dtype=np.float32)
         labels = np.empty((len(queries), k), dtype=np.int64)
         with self._temporary({"nprobe": nprobe, "efSearch": ef_search}):
             for start in range(0, len(queries), batch_size):
                 batch = queries[start : start + batch_size]
-                found, rows = self._search_batch(batch, depth)
+                try:
+                    found, rows = self._search_batch(batch, depth)
+                except RuntimeError as err:  # e.g. a GPU index asked for more than it can select
+                    raise EmbedkitError(f"FAISS could not search with k={depth}: {faiss_reason(err)}") from None
                 if factor:
                     found, rows = exact_rescore(batch, rows, self.vectors, k, self.metric)
                 scores[start : start + batch_size], labels[start : start + batch_size] = found, rows
@@ -317,6 +281,7 @@ class Index:
         # an on-disk index is searched where it lies: a GPU copy would need all its lists in memory
         on_device = use_gpu and not (binary or on_disk)
         loaded = cls(to_gpu(index, split=split_across_gpus) if on_device else index, ids, meta)
+        loaded.folder = Path(path)
         if loaded.search_params:
             loaded.set_search_params(loaded.search_params.get("nprobe"), loaded.search_params.get("efSearch"))
         if model_settings is not None:

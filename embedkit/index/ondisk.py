@@ -22,11 +22,11 @@ from embedkit.index.faiss_helpers import (
     BuildSettings,
     index_meta,
     new_index,
-    quiet_faiss,
     to_cpu,
     to_gpu,
 )
 from embedkit.index.faiss_index import Index
+from embedkit.index.index_files import quiet_faiss
 from embedkit.index.vectors import Vectors
 from embedkit.outputs import replace_folder
 

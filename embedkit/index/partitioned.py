@@ -22,10 +22,9 @@ from embedkit.index.faiss_helpers import (
     PARTITIONED_FORMAT,
     PARTITIONED_FORMATS,
     BuildSettings,
-    is_partitioned,
-    read_meta,
 )
 from embedkit.index.faiss_index import Index
+from embedkit.index.index_files import is_partitioned, read_meta
 from embedkit.index.ondisk import build_ondisk, check_ondisk_factory
 from embedkit.index.vectors import Vectors
 from embedkit.outputs import replace_folder

@@ -18,9 +18,10 @@ import numpy as np
 
 from embedkit.data.beir import load_dataset
 from embedkit.errors import EmbedkitError
-from embedkit.index.faiss_helpers import check_model_settings, current_search_param, unwrap
+from embedkit.index.faiss_helpers import check_model_settings
 from embedkit.index.faiss_index import Index
 from embedkit.index.rescore import exact_search
+from embedkit.index.search_params import current_search_param, unwrap
 from embedkit.index.vectors import Vectors
 from embedkit.models.loading import load_model_from_settings
 
