@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from embedkit import EmbedkitError, read_run
+from embedkit.data.trec import ranked
 from embedkit.search.fusion import fuse, min_max, normalized_interpolation, reciprocal_rank_fusion
 
 A = {"q": {"d1": 3.0, "d2": 2.0, "d3": 1.0}}
@@ -14,7 +15,7 @@ B = {"q": {"d3": 10.0, "d4": 5.0}}
 def test_rrf_by_hand():
     fused = reciprocal_rank_fusion([A, B], rrf_k=60, depth=None, k=None)["q"]
     assert fused == pytest.approx({"d3": 1 / 63 + 1 / 61, "d1": 1 / 61, "d2": 1 / 62, "d4": 1 / 62})
-    assert list(fused) == ["d3", "d1", "d2", "d4"]  # equal scores: doc id ascending, as pyserini
+    assert list(fused) == ["d3", "d1", "d4", "d2"]  # equal scores: doc id descending, as trec_eval ranks them
 
 
 def test_rrf_depth_and_k():
@@ -61,7 +62,10 @@ def _pyserini_run(fused) -> dict[str, dict[str, float]]:
 
 
 def test_matches_pyserini_fusion_on_real_runs(scifact_reports):
-    """Fusing the real SciFact dense and BM25 runs gives pyserini's RRF and min-max fusion, hit for hit."""
+    """Fusing the real SciFact dense and BM25 runs gives pyserini's RRF and min-max fusion, hit for hit.
+
+    pyserini orders equal scores by doc id ascending, embedkit as trec_eval scores them (descending, ``TIE_BREAK``):
+    the fused lists are compared whole (depth 100 of each run, no cut) in embedkit's order."""
     from pyserini.fusion import reciprocal_rank_fusion as pyserini_rrf
     from pyserini.trectools import AggregationMethod, RescoreMethod, TrecRun
 
@@ -69,19 +73,20 @@ def test_matches_pyserini_fusion_on_real_runs(scifact_reports):
     ours_in = [read_run(path) for path in paths]
     theirs_in = [TrecRun(str(path)) for path in paths]
 
-    ours = reciprocal_rank_fusion(ours_in, rrf_k=60, depth=100, k=100)
-    theirs = _pyserini_run(pyserini_rrf(theirs_in, rrf_k=60, depth=100, k=100))
+    ours = reciprocal_rank_fusion(ours_in, rrf_k=60, depth=100, k=None)
+    theirs = _pyserini_run(pyserini_rrf(theirs_in, rrf_k=60, depth=100, k=200))
     assert ours.keys() == theirs.keys()
     for query_id in ours:
+        theirs[query_id] = dict(ranked(theirs[query_id]))
         assert list(ours[query_id]) == list(theirs[query_id])
         assert list(ours[query_id].values()) == pytest.approx(list(theirs[query_id].values()))
 
     # pyserini's min-max rescoring then a weighted sum is our interpolation (runs already cut at their depth).
-    ours = normalized_interpolation(ours_in, weights=[0.3, 0.7], depth=None, k=50)
+    ours = normalized_interpolation(ours_in, weights=[0.3, 0.7], depth=None, k=None)
     scaled = [
         run.clone().rescore(RescoreMethod.NORMALIZE).rescore(RescoreMethod.SCALE, scale=weight)
         for run, weight in zip(theirs_in, (0.3, 0.7))
     ]
-    theirs = _pyserini_run(TrecRun.merge(scaled, AggregationMethod.SUM, k=50))
+    theirs = _pyserini_run(TrecRun.merge(scaled, AggregationMethod.SUM, k=10_000))
     for query_id in ours:
         assert ours[query_id] == pytest.approx(theirs[query_id])

@@ -105,7 +105,8 @@ def test_hybrid_candidates_mix_bm25_into_the_window(default_model, scifact, scif
         for run in (dense[query_id], lexical[query_id]):
             for rank, doc_id in enumerate(sorted(run, key=lambda d: (run[d], d), reverse=True), start=1):
                 fused[doc_id] = fused.get(doc_id, 0.0) + 1 / (60 + rank)
-        rank_of = {d: i for i, d in enumerate(sorted(fused, key=lambda d: (-fused[d], d))[:30], start=1)}
+        # the tie rule of trec_eval, as fusion applies it: score descending, then document id descending
+        rank_of = {d: i for i, d in enumerate(sorted(fused, key=lambda d: (fused[d], d), reverse=True)[:30], start=1)}
         assert record["negative_ranks"] == [rank_of[d] for d in record["negative_ids"]]
         positives = {d for d, grade in scifact.qrels("train")[query_id].items() if grade > 0}
         assert not set(record["negative_ids"]) & positives

@@ -27,9 +27,11 @@ def compare(
 
     Example: [bold]embedkit compare runs/scifact__bm25__bm25s__test runs/scifact__all-MiniLM-L6-v2__Flat__test[/bold]
     """
+    from embedkit.evaluation.compare import MAX_RESAMPLES, MAX_SEED
     from embedkit.outputs import check_output_folder
 
-    opt.at_least(resamples, 1, "--resamples")
+    opt.at_least(resamples, 1, "--resamples", maximum=MAX_RESAMPLES)
+    opt.at_least(seed, 0, "--seed", maximum=MAX_SEED)
     opt.at_least(top, 0, "--top")
     if output is not None:
         check_output_folder(output, "comparison", overwrite)

@@ -71,6 +71,13 @@ def evaluate(
     mteb_task: Annotated[
         Optional[str], typer.Option(help="MTEB task of the dataset (default: from its BEIR name).")
     ] = None,
+    absent_judged: Annotated[
+        str,
+        typer.Option(
+            help="refuse | miss: qrels that judge documents absent from the corpus are refused, or scored as misses "
+            "(what pytrec_eval and BEIR do silently; the report records the choice and the count).",
+        ),
+    ] = "refuse",
     overwrite: Annotated[
         bool,
         typer.Option(
@@ -84,17 +91,26 @@ def evaluate(
 
     Example: [bold]embedkit evaluate --dataset scifact --output runs --retriever hybrid[/bold]
     """
-    from embedkit.outputs import check_parent
+    from embedkit.outputs import check_parent, refuse_inside_other_output
+    from embedkit.search.retriever import MAX_BM25_K1, MAX_RRF_K, MAX_SEARCH_PARAM
 
     opt.one_of(retriever, ("dense", "bm25", "hybrid"), "--retriever")
+    opt.one_of(absent_judged, ("refuse", "miss"), "--absent-judged")
     opt.one_of(harness, ("embedkit", "mteb"), "--harness")
     opt.one_of(metric, ("ip", "l2"), "--metric")
     opt.one_of(bm25_backend, ("bm25s", "pyserini"), "--bm25-backend")
     opt.one_of(fusion, ("rrf", "interpolation"), "--fusion")
     opt.at_least(k, 1, "-k")
-    for flag, value in (("--nprobe", nprobe), ("--ef-search", ef_search), ("--fusion-depth", fusion_depth)):
-        opt.at_least(value, 1, flag)
-    opt.at_least(rrf_k, 0, "--rrf-k")
+    opt.at_least(fusion_depth, 1, "--fusion-depth")
+    if factory is not None:
+        from embedkit.index import check_factory
+
+        check_factory(factory, metric=metric or "ip", field="--factory")  # before any data is read or encoded
+    opt.at_least(rrf_k, 0, "--rrf-k", maximum=MAX_RRF_K)
+    opt.at_least(bm25_k1, 0, "--bm25-k1", maximum=MAX_BM25_K1)
+    opt.at_least(bm25_b, 0, "--bm25-b", maximum=1)
+    for flag, value in (("--nprobe", nprobe), ("--ef-search", ef_search)):
+        opt.at_least(value, 1, flag, maximum=MAX_SEARCH_PARAM)
     options = opt.ModelOptions(
         model, pooling, query_prompt, document_prompt, max_length, dtype, device, batch_tokens, backend
     )
@@ -120,11 +136,14 @@ def evaluate(
     options.check()  # after the refusals above: a model flag given to BM25 is refused as unused, not resolved
     retriever_spec = spec_from_flags(retriever, dense, lexical, fused, weights)
     check_parent(output / "report")
+    refuse_inside_other_output(output, "report", holds=True)  # a later --overwrite there would delete the report
     from embedkit.data.beir import load_dataset
+    from embedkit.evaluation.checks import check_absent_judged
 
     data = load_dataset(dataset, data_dir=data_dir)  # read and check the data files before any model is loaded
     data.split_queries(split)
     data.describe()
+    check_absent_judged(data, split, absent_judged)
     from embedkit.evaluation.pipeline import EvaluateOptions
     from embedkit.evaluation.pipeline import evaluate as run_evaluation
     from embedkit.report.markdown import render_markdown
@@ -137,7 +156,9 @@ def evaluate(
         output=output,
         k=k,
         cache_dir=cache_dir,
-        options=EvaluateOptions(ignore_identical_ids, harness, mteb_task, data_dir, overwrite, reranking),
+        options=EvaluateOptions(
+            ignore_identical_ids, harness, mteb_task, data_dir, overwrite, reranking, absent_judged
+        ),
     )
     typer.echo(render_markdown(report))
     if "mteb" in report:

@@ -23,8 +23,8 @@ from embedkit.storage import sha256_file, sha256_json
 from embedkit.validation import check_id
 
 # Part of the Arrow cache key of a loaded corpus: bump it when the reader's checks change, so no corpus cached by an
-# older reader skips them.
-READER_VERSION = 2
+# older reader skips them. 3: ids NFC-normalised (a corpus cached by 2 would keep its NFD ids).
+READER_VERSION = 3
 DOC_TEXT_RULE = "(title + ' ' + text).strip()  # as BEIR and MTEB join them"
 
 
@@ -104,11 +104,15 @@ def arrow_from_generator(
 
 
 def load_queries(path: Path) -> dict[str, str]:
+    """Query id (NFC) -> text; an id seen twice, also as two spellings of one NFC id, is refused with both lines."""
     queries: dict[str, str] = {}
+    lines: dict[str, int] = {}
     for number, record in read_records(path, required=("_id", "text")):
         if record["_id"] in queries:
-            raise EmbedkitError(f"duplicate query id '{record['_id']}'", path=path, line=number, field="_id")
+            message = f"duplicate query id '{record['_id']}' (first seen on line {lines[record['_id']]})"
+            raise EmbedkitError(message, path=path, line=number, field="_id")
         queries[record["_id"]] = record["text"]
+        lines[record["_id"]] = number
     if not queries:
         raise EmbedkitError("holds no queries", path=path)
     return queries
@@ -208,10 +212,13 @@ class BeirDataset:
     def splits(self) -> list[str]:
         return sorted(p.stem for p in (self.path / "qrels").glob("*.tsv"))
 
+    def qrels_file(self, split: str = "test") -> Path:
+        return self.path / "qrels" / f"{split}.tsv"
+
     def qrels(self, split: str = "test") -> Qrels:
         """Judgements of ``split``; every judged query must exist in the queries file."""
         if split not in self._qrels:
-            path = self.path / "qrels" / f"{split}.tsv"
+            path = self.qrels_file(split)
             if not path.is_file():
                 raise EmbedkitError(
                     f"no qrels for split '{split}' (available: {', '.join(self.splits()) or 'none'})", path=path
@@ -223,6 +230,12 @@ class BeirDataset:
         """The queries judged in ``split``, in qrels order (what BEIR evaluates)."""
         queries = self.queries
         return {query_id: queries[query_id] for query_id in self.qrels(split)}
+
+    def absent_judged(self, split: str = "test") -> list[str]:
+        """Documents judged in ``split`` that the corpus lacks, in qrels order (each once)."""
+        rows = self.row_of
+        qrels = self.qrels(split)
+        return list(dict.fromkeys(doc for judged in qrels.values() for doc in judged if doc not in rows))
 
     @cached_property
     def row_of(self) -> dict[str, int]:

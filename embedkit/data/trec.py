@@ -14,9 +14,20 @@ from embedkit.protocols import Run
 from embedkit.storage import write_lines
 from embedkit.validation import check_id
 
+# The one order of a query's hits everywhere embedkit cuts, writes or scores a run. trec_eval (and so pytrec_eval)
+# ignores a run file's rank column and sorts by score, breaking ties by document id compared as bytes, descending;
+# ids are NFC strings and UTF-8 byte order is code-point order, so Python's string order is the same.
+TIE_BREAK = "score descending, then document id descending (trec_eval)"
+
 
 def ranked(hits: dict[str, float]) -> list[tuple[str, float]]:
+    """A query's hits in ``TIE_BREAK`` order: the order pytrec_eval scores, ``write_run`` ranks and cuts keep."""
     return sorted(hits.items(), key=lambda item: (item[1], item[0]), reverse=True)
+
+
+def sort_run(run: Run) -> Run:
+    """Every query's hits in ``TIE_BREAK`` order, so a consumer that takes a dict's first hits agrees with scoring."""
+    return {query_id: dict(ranked(hits)) for query_id, hits in run.items()}
 
 
 def write_run(path: str | Path, run: Run, tag: str = "embedkit") -> None:

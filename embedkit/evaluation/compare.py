@@ -13,8 +13,12 @@ import numpy as np
 from embedkit.errors import EmbedkitError
 from embedkit.evaluation.significance import paired_test
 from embedkit.storage import read_json
+from embedkit.validation import check_number
 
 DEFAULT_METRICS = ("ndcg_at_10", "recall_at_100", "mrr_at_10")
+# Above this the tests take minutes per metric and tell nothing more (the p-value's resolution is 1/resamples).
+MAX_RESAMPLES = 1_000_000
+MAX_SEED = 2**63 - 1
 
 
 @dataclass
@@ -105,6 +109,11 @@ def compare_runs(
     top: int = 5,
 ) -> dict[str, Any]:
     """Compare every run with the first (the baseline) on the queries all runs scored."""
+    for name, value, low, high in (("resamples", resamples, 1, MAX_RESAMPLES), ("seed", seed, 0, MAX_SEED)):
+        if check_number(value, name, minimum=low, maximum=high) != int(value):
+            raise EmbedkitError(f"must be a whole number, not {value}", field=name)
+    if check_number(top, "top", minimum=0) != int(top):
+        raise EmbedkitError(f"must be a whole number, not {top}", field="top")
     if len(folders) < 2:
         raise EmbedkitError(f"compare needs at least two report folders, got {len(folders)}")
     runs = [load_run_folder(folder) for folder in folders]

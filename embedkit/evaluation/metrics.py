@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytrec_eval
 
 from embedkit.data.trec import ranked
+from embedkit.errors import EmbedkitError
 from embedkit.protocols import Qrels, Run
+from embedkit.validation import check_number, check_sequence
 
 # pytrec_eval measure -> (cut-offs, MTEB key prefix)
 MEASURES = {
@@ -20,8 +22,25 @@ METRIC_NAMES = [f"{prefix}_{k}" for cuts, prefix in MEASURES.values() for k in c
 ]
 
 
+# trec_eval crashes the process on a cut-off of 0 and wraps one above 2**63; a cut-off above any corpus is useless.
+MAX_CUTOFF = 1_000_000_000
+
+
+def check_cutoffs(cutoffs: object, field: str = "cutoffs") -> tuple[int, ...]:
+    """Metric cut-offs as whole numbers in [1, MAX_CUTOFF], checked before pytrec_eval sees them."""
+    checked = []
+    for i, cutoff in enumerate(check_sequence(cutoffs, field)):
+        if check_number(cutoff, f"{field}[{i}]", minimum=1, maximum=MAX_CUTOFF) != int(cutoff):
+            raise EmbedkitError(f"must be a whole number, not {cutoff}", field=f"{field}[{i}]")
+        checked.append(int(cutoff))
+    if not checked:
+        raise EmbedkitError("give at least one cut-off", field=field)
+    return tuple(checked)
+
+
 def reciprocal_rank(relevant: set[str], hits: dict[str, float], cutoff: int) -> float:
     """1/rank of the first relevant hit in the top ``cutoff`` (ties broken by doc id descending, as pytrec_eval)."""
+    (cutoff,) = check_cutoffs([cutoff], "cutoff")
     for rank, (doc_id, _) in enumerate(ranked(hits)[:cutoff], start=1):
         if doc_id in relevant:
             return 1.0 / rank
@@ -50,6 +69,7 @@ RECALL_CURVE_CUTOFFS = (1, 2, 3, 5, 10, 20, 30, 50, 100, 200, 300, 500, 1000)
 
 def recall_curve(qrels: Qrels, run: Run, cutoffs: tuple[int, ...] = RECALL_CURVE_CUTOFFS) -> dict[str, float]:
     """Mean recall@k at each cut-off (keys are k as strings, for JSON), averaged like :func:`compute_metrics`."""
+    cutoffs = check_cutoffs(cutoffs)
     evaluator = pytrec_eval.RelevanceEvaluator(qrels, {f"recall.{','.join(map(str, cutoffs))}"})
     raw = evaluator.evaluate(run)
     count = max(1, len(raw))

@@ -11,9 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from embedkit.data.beir import BeirDataset, load_dataset
+from embedkit.data.trec import sort_run
 from embedkit.encode.cache import default_cache_root
 from embedkit.environment import library_versions
 from embedkit.errors import EmbedkitError
+from embedkit.evaluation.checks import check_absent_judged, complete_run, data_rules
 from embedkit.evaluation.metrics import compute_metrics, recall_curve
 from embedkit.integrations.mteb import evaluate_mteb
 from embedkit.models.embedding_model import EmbeddingModel
@@ -25,6 +27,7 @@ from embedkit.search.dense import DenseRetrieval
 from embedkit.search.fusion import fuse
 from embedkit.search.retriever import BM25, Dense, Hybrid, Retriever, bm25_part, dense_part, retriever_of, to_dict
 from embedkit.storage import sha256_json
+from embedkit.validation import check_number
 
 HARNESSES = ("embedkit", "mteb")
 
@@ -40,6 +43,7 @@ class EvaluateOptions:
     data_dir: str | Path | None = None
     overwrite: bool = False
     reranker: RerankSettings | None = None  # a cross-encoder that re-scores the first stage's top hits
+    absent_judged: str = "refuse"  # qrels judging documents the corpus lacks: "refuse", or "miss" to score as misses
 
 
 def _slug(text: str) -> str:
@@ -99,7 +103,7 @@ def evaluate(
     """
     options = options or EvaluateOptions()
     spec = retriever_of(retriever)
-    if int(k) != k or k < 1:
+    if check_number(k, "k", minimum=1) != int(k):
         raise EmbedkitError(f"must be a whole number >= 1, not {k}", field="k")
     if options.harness not in HARNESSES:
         raise EmbedkitError(f"unknown harness '{options.harness}' (choose from embedkit, mteb)", field="harness")
@@ -110,12 +114,15 @@ def evaluate(
         data = dataset if isinstance(dataset, BeirDataset) else load_dataset(dataset, data_dir=options.data_dir)
         qrels, queries = data.qrels(split), data.split_queries(split)
         described = {**data.describe(), "split": split, "qrels_sha256": data.qrels_sha256(split)}
+        absent = check_absent_judged(data, split, options.absent_judged, "absent_judged")
     dense = None
     if dense_part(spec) is not None:
         with timer("load_model"):
             model = model if isinstance(model, EmbeddingModel) else _load_model(model)
         dense = DenseRetrieval(model, dense_part(spec), cache_dir)
-    runs, retrieval = _retrieve(spec, dense, data, queries, k, cache_dir, options.ignore_identical_ids, timer)
+    depth = min(int(k), len(data.corpus))  # a k above the corpus size returns the whole corpus
+    runs, retrieval = _retrieve(spec, dense, data, queries, depth, cache_dir, options.ignore_identical_ids, timer)
+    retrieval["k"] = k
     run = runs["dense"] if isinstance(spec, Dense) else runs["bm25"] if isinstance(spec, BM25) else None
     if isinstance(spec, Hybrid):
         fusion = spec.fusion
@@ -135,10 +142,11 @@ def evaluate(
             scorer, rerank_run = _reranker(options.reranker)
             run = rerank_run(scorer, run, data)
         reranked_by = {**scorer.describe(), "pairs_scored": scorer.pairs_scored, "device": scorer.device}
+    run, without_results = complete_run(sort_run(run), queries)
+    if len(without_results) == len(queries):
+        raise EmbedkitError(f"the {spec.type} run returned no results for any of the {len(queries)} queries")
     with timer("metrics"):
         metrics, per_query = compute_metrics(qrels, run)
-    if not per_query:
-        raise EmbedkitError(f"the {spec.type} run returned no results for any of the {len(queries)} queries")
     model_settings = None if dense is None else dense.model.settings
     scored = {
         "dataset": described,
@@ -148,6 +156,8 @@ def evaluate(
         "ignore_identical_ids": options.ignore_identical_ids,
         "harness": options.harness,
     }
+    if absent["documents"]:  # only then, so reports on complete qrels keep their settings hash
+        scored["absent_judged"] = absent
     if reranked_by is not None:  # only then, so reports without a reranker keep their settings hash
         scored["reranker"] = {key: reranked_by[key] for key in ("model", "weights_sha256", "depth", "max_length")}
         scored["reranker"]["dtype"] = reranked_by["dtype"]
@@ -163,7 +173,9 @@ def evaluate(
         "metrics": metrics,
         "recall_curve": recall_curve(qrels, run),
         "queries_evaluated": len(per_query),
-        "queries_without_results": sorted(set(qrels) - set(per_query)),
+        "queries_without_results": without_results,
+        "absent_judged": absent,
+        **data_rules(),
     }
     if dense is not None:
         embeddings = dense.embeddings(data)
@@ -229,7 +241,7 @@ def _retrieve(
                 data, lexical_spec.backend, k1=lexical_spec.k1, b=lexical_spec.b, index_dir=lucene_dir
             )
         with timer("search_bm25"):
-            run = lexical.search(queries, k + 1 if ignore_identical_ids else k)
+            run = sort_run(lexical.search(queries, k + 1 if ignore_identical_ids else k))
             runs["bm25"] = drop_identical(run, k) if ignore_identical_ids else run
         retrieval["bm25"] = lexical.settings
     return runs, retrieval

@@ -38,6 +38,10 @@ class PairedTest:
         return asdict(self)
 
 
+# Resamples are drawn in batches of this many, so memory stays O(batch x queries) whatever ``resamples`` is.
+BATCH = 10_000
+
+
 def _finite(value: float) -> float | None:
     return None if math.isnan(value) else float(value)
 
@@ -69,6 +73,7 @@ def paired_test(
         permutation_type="samples",
         vectorized=True,
         n_resamples=resamples,
+        batch=BATCH,
         rng=np.random.default_rng(seed),
     )
     if np.ptp(diff) > 0:
@@ -78,6 +83,7 @@ def paired_test(
             n_resamples=resamples,
             confidence_level=confidence,
             method="percentile",
+            batch=BATCH,
             rng=np.random.default_rng(seed),
         ).confidence_interval
         low, high = float(interval.low), float(interval.high)

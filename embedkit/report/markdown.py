@@ -32,11 +32,36 @@ def render_markdown(report: dict[str, Any]) -> str:
     for name, component in (report.get("component_metrics") or {}).items():
         rows = [(metric, f"{value:.4f}") for metric, value in component.items()]
         lines += [f"## Metrics of the {name} run alone", "", *_table(rows, ("metric", "value")), ""]
+    lines += _data_notes(report)
     lines += ["## Settings", "", *_table(settings, ("setting", "value")), ""]
     lines += ["## Timings (s)", "", *_table(list(report["timings_s"].items()), ("stage", "seconds")), ""]
     versions = list(report["library_versions"].items())
     lines += ["## Library versions", "", *_table(versions, ("package", "version")), ""]
     return "\n".join(lines)
+
+
+def _ids(ids: list[str], shown: int = 10) -> str:
+    return ", ".join(f"`{i}`" for i in ids[:shown]) + (f" and {len(ids) - shown} more" if len(ids) > shown else "")
+
+
+def _data_notes(report: dict[str, Any]) -> list[str]:
+    """What was scored and how: queries without results (scored 0), judged documents absent from the corpus, and the
+    id and tie rules; a report written before these were recorded shows none of them."""
+    rows: list[tuple[str, Any]] = []
+    without = report.get("queries_without_results") or []
+    if "queries_without_results" in report:
+        rows.append(
+            ("queries without results (scored 0)", f"{len(without)}" + (f": {_ids(without)}" if without else ""))
+        )
+    absent = report.get("absent_judged")
+    if absent:
+        told = f"{absent['documents']} (judged {absent['judgements']} times, {absent['relevant_judgements']} relevant)"
+        told += f", scored as misses; first: {_ids(absent['first'])}" if absent["documents"] else ""
+        rows.append((f"judged documents absent from the corpus (--absent-judged {absent['choice']})", told))
+    for key, label in (("id_normalisation", "id normalisation"), ("tie_break", "ties")):
+        if key in report:
+            rows.append((label, report[key]))
+    return ["## Data", "", *_table(rows, ("check", "result")), ""] if rows else []
 
 
 def _p(value: float | None) -> str:

@@ -18,6 +18,8 @@ from embedkit.data.beir import BeirDataset, doc_text
 from embedkit.errors import EmbedkitError
 from embedkit.integrations.pyserini import LuceneBM25
 from embedkit.protocols import Run
+from embedkit.search.retriever import MAX_BM25_K1
+from embedkit.validation import check_number
 
 BACKENDS = ("bm25s", "pyserini")
 DEFAULT_K1 = 0.9
@@ -114,6 +116,8 @@ def bm25_searcher(
     index_dir: str | Path | None = None,
 ) -> LexicalSearcher:
     """A BM25 searcher over ``data``'s corpus; pyserini's Lucene index is built once into ``index_dir``."""
+    check_number(k1, "k1", minimum=0, maximum=MAX_BM25_K1)  # the library's entry: finite and in range, as the CLI's
+    check_number(b, "b", minimum=0, maximum=1)
     if backend == "bm25s":
         corpus = data.corpus
         return Bm25sSearcher.build(list(corpus["_id"]), [doc_text(row) for row in corpus], k1=k1, b=b)

@@ -10,9 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from embedkit.data.beir import BeirDataset
+from embedkit.data.trec import ranked
 from embedkit.encode.cache import cached_corpus_embeddings
 from embedkit.encode.executor import ShardExecutor
 from embedkit.encode.folder import EmbeddingsFolder
+from embedkit.index import check_factory
 from embedkit.index.faiss_helpers import BuildSettings
 from embedkit.index.faiss_index import Index
 from embedkit.index.partitioned import PartitionedIndex
@@ -43,7 +45,7 @@ def dense_search(
     run: Run = {}
     for query_id, row_scores, row_ids in zip(query_ids, scores, hits):
         pairs = [(d, float(s)) for d, s in zip(row_ids, row_scores) if not (ignore_identical_ids and d == query_id)]
-        run[query_id] = dict(pairs[:k])
+        run[query_id] = dict(ranked(dict(pairs))[:k])  # ties cut as trec_eval ranks them (TIE_BREAK)
     return run
 
 
@@ -67,6 +69,8 @@ class DenseRetrieval:
     def embeddings(self, data: BeirDataset) -> EmbeddingsFolder:
         """The corpus encoded by the model: from the cache, or encoded into it once (``encoded_shards`` says which)."""
         if data.corpus_sha256 not in self._embeddings:
+            # what the dimension and corpus size tell about the factory string, before the corpus is encoded
+            check_factory(self.spec.factory, self.model.dim, metric=self.spec.metric, count=len(data.corpus))
             self._embeddings[data.corpus_sha256] = cached_corpus_embeddings(
                 self.model, data, self.cache_dir, self.executor
             )

@@ -1,7 +1,7 @@
 """Fusing runs (dense + BM25): reciprocal-rank fusion and normalised score interpolation, as pyserini fuses.
 
 Both read each run's top ``depth`` hits per query and keep the best ``k``; a document missing from a run gets
-nothing from it. Ties are broken by doc id, as in pyserini's ``TrecRun.merge``.
+nothing from it. Ties are broken by doc id descending, as trec_eval ranks (``embedkit.data.trec.TIE_BREAK``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ def _top(hits: dict[str, float], depth: int | None) -> list[tuple[str, float]]:
 
 
 def _keep(scores: dict[str, float], k: int | None) -> dict[str, float]:
-    ordered = sorted(scores.items(), key=lambda item: (-item[1], item[0]))
+    ordered = ranked(scores)  # the cut keeps what trec_eval would rank first (ties: doc id descending)
     return dict(ordered[:k] if k else ordered)
 
 

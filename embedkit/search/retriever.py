@@ -12,14 +12,28 @@ from typing import Any, ClassVar, Union
 
 from embedkit.errors import EmbedkitError
 from embedkit.settings_file import build
+from embedkit.validation import check_number
 
 FUSIONS = ("rrf", "interpolation")
+# Upper bounds where a larger value could only exhaust memory or lose precision, far above any useful setting:
+# FAISS sizes a search's heaps by ef_search; BM25's k1 saturates long before; 1/(rrf_k + rank) stops telling ranks
+# apart.
+MAX_SEARCH_PARAM = 1 << 24
+MAX_BM25_K1 = 1000.0
+MAX_RRF_K = 1_000_000
+MAX_FUSION_WEIGHT = 1e6
 BM25_BACKENDS = ("bm25s", "pyserini")
 
 
 def _choose(value: str, choices: tuple[str, ...], name: str) -> None:
     if value not in choices:
         raise EmbedkitError(f"unknown value '{value}' (choose from {', '.join(choices)})", field=name)
+
+
+def _whole(value: object, name: str, minimum: int, maximum: int | None = None) -> None:
+    """A whole number in range (``None`` passes): finite, and not 2.5 where a count is meant."""
+    if check_number(value, name, minimum=minimum, maximum=maximum) != (None if value is None else int(value)):
+        raise EmbedkitError(f"must be a whole number, not {value}", field=name)
 
 
 @dataclass(frozen=True)
@@ -33,10 +47,12 @@ class Dense:
     type: ClassVar[str] = "dense"
 
     def check(self) -> Dense:
+        from embedkit.index import check_factory
+
         _choose(self.metric, ("ip", "l2"), "metric")
+        check_factory(self.factory, metric=self.metric)  # the string alone: one line before any encoding
         for name in ("nprobe", "ef_search"):
-            if getattr(self, name) is not None and getattr(self, name) < 1:
-                raise EmbedkitError(f"must be at least 1, not {getattr(self, name)}", field=name)
+            _whole(getattr(self, name), name, 1, MAX_SEARCH_PARAM)
         return self
 
 
@@ -51,8 +67,8 @@ class BM25:
 
     def check(self) -> BM25:
         _choose(self.backend, BM25_BACKENDS, "backend")
-        if self.k1 < 0 or not 0 <= self.b <= 1:
-            raise EmbedkitError(f"k1 must be >= 0 and b in [0, 1], not {self.k1}, {self.b}", field="k1")
+        check_number(self.k1, "k1", minimum=0, maximum=MAX_BM25_K1)  # NaN refused by name, not passed as "not < 0"
+        check_number(self.b, "b", minimum=0, maximum=1)
         return self
 
 
@@ -69,10 +85,13 @@ class Fusion:
         _choose(self.method, FUSIONS, "method")
         if self.method == "rrf" and self.weights is not None:
             raise EmbedkitError("reciprocal-rank fusion takes no weights", field="weights")
-        if self.weights is not None and (len(self.weights) != 2 or min(self.weights) < 0 or sum(self.weights) == 0):
-            raise EmbedkitError(f"give two weights >= 0 for dense, bm25, not {self.weights}", field="weights")
-        if self.depth < 1 or self.rrf_k < 0:
-            raise EmbedkitError(f"depth must be >= 1 and rrf_k >= 0, not {self.depth}, {self.rrf_k}", field="depth")
+        if self.weights is not None:
+            for i, weight in enumerate(self.weights):
+                check_number(weight, f"weights[{i}]", minimum=0, maximum=MAX_FUSION_WEIGHT)
+            if len(self.weights) != 2 or sum(self.weights) == 0:
+                raise EmbedkitError(f"give two weights >= 0 for dense, bm25, not {self.weights}", field="weights")
+        _whole(self.depth, "depth", 1)
+        _whole(self.rrf_k, "rrf_k", 0, MAX_RRF_K)
         return self
 
 
