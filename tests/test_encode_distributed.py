@@ -112,9 +112,14 @@ def test_merge_refuses_missing_mismatched_or_changed_parts(scifact, default_mode
     stderr = _cli_error(capsys, "encode", "--merge", "-o", str(out))
     assert stderr.startswith("embedkit: error:") and "manifest.part-00001-of-00002.json: missing" in stderr
 
-    # Worker 1 with another max_length: it does not merge, and an explicit merge names the odd part and field.
+    # Worker 1 with another max_length is refused before it writes a shard (the folder records worker 0's settings);
+    # forced with overwrite it does not merge, and an explicit merge names the odd part and field.
     short = load_model(max_length=32, device="cpu")
-    assert not encode_to_folder(short, docs, out, shard_size=8, worker_id=1, num_workers=2).complete
+    with pytest.raises(
+        EmbedkitError, match=r"other settings \(differs in: settings\.max_length\); .*256 there, 32 here"
+    ):
+        encode_to_folder(short, docs, out, shard_size=8, worker_id=1, num_workers=2)
+    assert not encode_to_folder(short, docs, out, shard_size=8, worker_id=1, num_workers=2, overwrite=True).complete
     mismatch = r"part-00001-of-00002\.json: made with other settings than .*part-00000.* settings\.max_length"
     with pytest.raises(EmbedkitError, match=mismatch):
         merge_encoded_parts(out, num_workers=2)

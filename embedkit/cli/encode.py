@@ -88,6 +88,9 @@ def encode(
         model, pooling, query_prompt, document_prompt, max_length, dtype, device, batch_tokens, backend
     ).check()
     check_embeddings_folder(output)
+    from embedkit.outputs import refuse_inside_other_output
+
+    refuse_inside_other_output(output, "embeddings")
     from embedkit.encode.distributed import torchrun_launch
 
     launch = torchrun_launch()

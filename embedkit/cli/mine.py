@@ -55,7 +55,7 @@ def mine(
     Example: [bold]embedkit mine --dataset scifact --split train --output mined/scifact.jsonl[/bold]
     """
     from embedkit.errors import EmbedkitError
-    from embedkit.outputs import check_output_file
+    from embedkit.outputs import check_output_file, refuse_inside_other_output
 
     opt.at_least(range_min, 1, "--range-min")
     opt.at_least(num_negatives, 1, "--num-negatives")
@@ -64,6 +64,9 @@ def mine(
     if not 0 <= relative_margin < 1:
         raise EmbedkitError(f"must be in [0, 1), not {relative_margin}", field="--relative-margin")
     opt.one_of(sampling, ("random", "top"), "--sampling")
+    from embedkit.index import check_factory
+
+    check_factory(factory, field="--factory")  # before any data is read or encoded
     options = opt.ModelOptions(model=model, max_length=max_length, dtype=dtype, device=device, backend=backend).check()
     if executor == "local":
         opt.refuse_unused({"--num-workers": num_workers}, "without --executor ray")
@@ -72,6 +75,7 @@ def mine(
     from embedkit.train.mined import is_mined_file
 
     check_output_file(output, overwrite, is_mined_file, "mined-negatives file")
+    refuse_inside_other_output(output, "mined-negatives file")
     from embedkit.data.beir import load_dataset
     from embedkit.train.mining import MiningSettings, mine_hard_negatives, write_mined
 
@@ -110,7 +114,12 @@ def mine(
         described = scorer.describe()
     write_mined(output, records, embedder, data, settings, overwrite=overwrite, teacher=described)
     note = f"; the teacher dropped {dropped} negatives" if max_teacher_ratio is not None else ""
-    typer.echo(f"{len(records)} examples with up to {num_negatives} negatives written to {output}{note}")
+    full = sum(len(record["negatives"]) >= num_negatives for record in records)
+    total = sum(len(record["negatives"]) for record in records)
+    typer.echo(
+        f"{len(records)} examples written to {output}: {full} with {num_negatives} negatives, "
+        f"{len(records) - full} with fewer ({total} negatives in all){note}"
+    )
 
 
 def register(app: typer.Typer) -> None:

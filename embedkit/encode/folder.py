@@ -5,15 +5,17 @@ Light on purpose (numpy, no model): ``embedkit index`` and the index builders re
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from embedkit.encode.layout import FORMAT, MANIFEST
+from embedkit.encode.layout import FORMAT, MANIFEST, SETTINGS, SETTINGS_FORMAT
 from embedkit.errors import EmbedkitError
-from embedkit.storage import load_npy, read_json, read_lines, sha256_file
+from embedkit.outputs import output_lock
+from embedkit.storage import load_npy, read_json, read_lines, sha256_file, write_json
 
 # What makes two encodes the same: a shard written under one key is reused only under the same key.
 KEY_FIELDS = ("settings", "corpus", "shard_size")
@@ -34,14 +36,92 @@ def key_of(manifest: dict[str, Any]) -> dict[str, Any]:
     return {name: manifest.get(name) for name in KEY_FIELDS}
 
 
+def _differing(key: dict[str, Any], other: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """``(name, this value, other value)`` of each key field that differs, by name."""
+    theirs = other.get("settings") or {}
+    found = [(f"settings.{k}", v, theirs.get(k)) for k, v in (key["settings"] or {}).items() if v != theirs.get(k)]
+    found += [(name, key.get(name), other.get(name)) for name in ("corpus", "shard_size") if key[name] != other[name]]
+    return sorted(found, key=lambda item: item[0])
+
+
 def differences(key: dict[str, Any], other: dict[str, Any]) -> str:
     """The key fields that differ, e.g. ``settings.max_length, shard_size``."""
-    return ", ".join(
-        sorted(
-            [f"settings.{k}" for k in key["settings"] if key["settings"][k] != (other["settings"] or {}).get(k)]
-            + [name for name in ("corpus", "shard_size") if key[name] != other[name]]
+    return ", ".join(name for name, _, _ in _differing(key, other))
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def claim_folder(folder: Path, key: dict[str, Any], overwrite: bool) -> bool:
+    """Record the settings every writer of ``folder`` shares, or refuse a writer whose settings differ.
+
+    Shard files are named by their global index whatever the shard size, so two workers with another
+    ``--shard-size`` (or model, max length, prompts, dtype) would overwrite each other's finished shards and both
+    report success. The first writer records its key under a lock; every later one compares (a folder from before
+    this file existed is judged by its manifests). ``overwrite`` records the new key: the old run is replaced.
+    True when this call wrote the record.
+    """
+    path = folder / SETTINGS
+    with output_lock(path):
+        recorded = recorded_key(folder)
+        if recorded == key:
+            return False
+        if recorded is not None and not overwrite:
+            found = _differing(key, recorded)
+            values = "; ".join(f"{name} {_short(theirs)} there, {_short(ours)} here" for name, ours, theirs in found)
+            raise EmbedkitError(
+                f"holds embeddings made with other settings (differs in: {differences(key, recorded)}); {values}; "
+                "give every worker the same settings, pass overwrite (--overwrite) to start again, or choose "
+                "another folder",
+                path=folder,
+                field="--output",
+            )
+        write_json(path, {"format": SETTINGS_FORMAT, **key})
+        return True
+
+
+def unclaim_folder(folder: Path, own: Path, created: bool) -> None:
+    """Undo a start that failed before any shard: this run's record and empty manifest, and the folder if this run
+    made it, so the corrected command is not refused as "other settings". Any shard file keeps everything."""
+    if any(folder.glob("shard-*")):
+        return
+    with output_lock(folder / SETTINGS):
+        manifest = read_manifest(own) if own.is_file() else None
+        if manifest is not None and not manifest.get("shards"):
+            own.unlink(missing_ok=True)
+        (folder / SETTINGS).unlink(missing_ok=True)
+    if created:
+        with contextlib.suppress(OSError):
+            folder.rmdir()  # only when nothing else is there
+
+
+def check_claim(folder: Path, key: dict[str, Any]) -> None:
+    """Refuse to go on once another run (with ``--overwrite``) recorded other settings while this one encoded."""
+    recorded = recorded_key(folder)
+    if recorded is not None and recorded != key:
+        raise EmbedkitError(
+            f"was taken over by a run with other settings (differs in: {differences(key, recorded)}) while this one "
+            "encoded; this run stops so as not to overwrite its shards",
+            path=folder,
+            field="--output",
         )
-    )
+
+
+def recorded_key(folder: Path) -> dict[str, Any] | None:
+    """The key in ``encode-settings.json``; for an older folder, its ``manifest.json``'s or else its first part's."""
+    path = folder / SETTINGS
+    if path.is_file():
+        recorded = read_json(path)
+        if not isinstance(recorded, dict) or recorded.get("format") != SETTINGS_FORMAT:
+            raise EmbedkitError("not an embeddings settings file", path=path, field="format")
+        return key_of(recorded)
+    for manifest_path in [folder / MANIFEST, *sorted(folder.glob("manifest.part-*-of-*.json"))]:
+        manifest = read_manifest(manifest_path)
+        if manifest is not None:
+            return key_of(manifest)
+    return None
 
 
 @dataclass

@@ -1,7 +1,8 @@
 """The layout of an embeddings folder, readable without torch: file names, worker blocks, what may be written.
 
 A folder holds ``shard-NNNNN.npy`` (float32 vectors) and ``shard-NNNNN.docid`` (one id a line) per global shard,
-and ``manifest.json`` (or, while workers share the encode, one ``manifest.part-i-of-n.json`` per worker).
+and ``manifest.json`` (or, while workers share the encode, one ``manifest.part-i-of-n.json`` per worker), and
+``encode-settings.json``: the settings every worker must share, so none overwrites another's shards.
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ from embedkit.storage import is_litter
 
 MANIFEST = "manifest.json"
 FORMAT = "embedkit.embeddings/1"
+# What every writer of the folder must share (settings, corpus, shard size), written before the first shard.
+SETTINGS = "encode-settings.json"
+SETTINGS_FORMAT = "embedkit.embeddings-settings/1"
 PART_PATTERN = re.compile(r"manifest\.part-(\d+)-of-(\d+)\.json")
 
 
@@ -47,7 +51,7 @@ def check_embeddings_folder(folder: Path, flag: str = "--output") -> None:
         check_parent(folder, flag)
         return
     names = [entry.name for entry in folder.iterdir() if not is_litter(entry.name)]
-    ours = MANIFEST in names or any(PART_PATTERN.fullmatch(name) for name in names)
+    ours = MANIFEST in names or SETTINGS in names or any(PART_PATTERN.fullmatch(name) for name in names)
     if names and not ours:
         raise EmbedkitError(
             "holds files that are not embedkit embeddings; choose a new or empty folder", path=folder, field=flag

@@ -14,14 +14,33 @@ from tqdm.auto import tqdm
 
 from embedkit.data.beir import DOC_TEXT_RULE, corpus_fingerprint
 from embedkit.encode.executor import InProcess
-from embedkit.encode.folder import EmbeddingsFolder, differences, key_of, read_manifest, shard_is_intact
-from embedkit.encode.layout import FORMAT, MANIFEST, check_embeddings_folder, check_worker, part_name, shard_block
+from embedkit.encode.folder import (
+    EmbeddingsFolder,
+    check_claim,
+    claim_folder,
+    differences,
+    key_of,
+    read_manifest,
+    recorded_key,
+    shard_is_intact,
+    unclaim_folder,
+)
+from embedkit.encode.layout import (
+    FORMAT,
+    MANIFEST,
+    PART_PATTERN,
+    check_embeddings_folder,
+    check_worker,
+    part_name,
+    shard_block,
+)
 from embedkit.encode.shards import remove_shard_files
 from embedkit.encode.workers import merge_encoded_parts, parts_ready
 from embedkit.environment import library_versions
 from embedkit.errors import EmbedkitError
-from embedkit.outputs import output_lock
+from embedkit.outputs import output_lock, replace_folder
 from embedkit.storage import write_json
+from embedkit.validation import check_number
 
 if TYPE_CHECKING:
     from embedkit.encode.executor import ShardExecutor
@@ -65,6 +84,12 @@ def _reusable_shards(
     return done
 
 
+def _worker_of(name: str) -> tuple[int, int]:
+    match = PART_PATTERN.fullmatch(name)
+    assert match is not None  # ``own`` is a part name made by ``part_name``
+    return int(match[1]), int(match[2])
+
+
 def _remove_temporaries(folder: Path, block: range, own: Path) -> None:
     """Leftovers of a killed write; a worker removes only its own, since other workers may be writing theirs."""
     if own.name == MANIFEST:
@@ -100,12 +125,12 @@ def encode_to_folder(
     folder, its lock and its manifest, so the folder is the same whoever encoded it.
     """
     check_worker(worker_id, num_workers)
-    if shard_size < 1:
-        raise EmbedkitError(f"--shard-size must be at least 1, not {shard_size}")
     if len(corpus) == 0:
         raise EmbedkitError("the corpus is empty")
+    check_number(shard_size, "shard_size", minimum=1)  # past the corpus size it is one shard
     folder = Path(folder)
     check_embeddings_folder(folder)
+    created = not folder.exists()
     folder.mkdir(parents=True, exist_ok=True)
     key = {
         "settings": model.settings,
@@ -120,6 +145,48 @@ def encode_to_folder(
     worker = num_workers > 1
     block = shard_block(total, worker_id, num_workers) if worker else range(total)
     own = folder / (part_name(worker_id, num_workers) if worker else MANIFEST)
+    if overwrite and not worker and not created and recorded_key(folder) not in (None, key):
+        # one writer replacing embeddings of other settings: the new ones are built beside and swapped in whole, so
+        # a full disk or a kill leaves the old folder as it was (several workers share the folder: they cannot)
+        with replace_folder(folder, "embeddings", overwrite=True) as new:
+            built = encode_to_folder(
+                model,
+                corpus,
+                new,
+                shard_size,
+                False,
+                show_progress,
+                merge=merge,
+                corpus_sha256=key["corpus"]["sha256"],
+                executor=executor,
+            )
+        return EmbeddingsFolder(path=folder, manifest=built.manifest, encoded_shards=built.encoded_shards)
+    claimed = False
+    try:
+        claimed = claim_folder(folder, key, overwrite)  # before any shard: a worker with other settings stops here
+        return _encode_block(model, corpus, folder, key, block, own, overwrite, show_progress, executor, merge)
+    except BaseException:
+        if claimed:
+            unclaim_folder(folder, own, created)
+        raise
+
+
+def _encode_block(
+    model: EmbeddingModel,
+    corpus: Any,
+    folder: Path,
+    key: dict[str, Any],
+    block: range,
+    own: Path,
+    overwrite: bool,
+    show_progress: bool | None,
+    executor: ShardExecutor | None,
+    merge: bool,
+) -> EmbeddingsFolder:
+    """The shards of ``block`` this folder lacks, encoded and recorded in ``own`` (a part or ``manifest.json``)."""
+    shard_size, total = key["shard_size"], (len(corpus) + key["shard_size"] - 1) // key["shard_size"]
+    worker = own.name != MANIFEST
+    worker_id, num_workers = _worker_of(own.name) if worker else (0, 1)
     with output_lock(own):  # a second process encoding the same part waits, then finds the work done
         _remove_temporaries(folder, block, own)
         done = _reusable_shards(folder, key, block, own, overwrite)
@@ -161,6 +228,7 @@ def encode_to_folder(
             pending = [index for index in block if index not in done]
             remove_shard_files(folder, pending)
             for entry in (executor or InProcess()).encode_shards(model, corpus, folder, pending, shard_size, bar):
+                check_claim(folder, key)
                 done[entry["index"]] = entry
                 encoded += 1
                 record()

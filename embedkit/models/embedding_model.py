@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -11,7 +11,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from embedkit.data.beir import doc_text
+from embedkit.errors import EmbedkitError
 from embedkit.models.reference import weights_sha256
+from embedkit.validation import check_sequence, check_text, check_texts
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
@@ -96,19 +98,47 @@ class EmbeddingModel:
         self, texts: Sequence[str], prompt: str = "", show_progress: bool | None = None, progress: Any = None
     ) -> np.ndarray:
         """Embed ``texts`` (float32, one row per text) in length-sorted, token-budget batches."""
+        texts = check_texts(texts, "texts")  # a bare string would be one query per character
+        check_text(prompt, None, None, "prompt")
+        return self._encode(texts, prompt, show_progress, progress)
+
+    def _encode(self, texts: list[str], prompt: str, show_progress: bool | None, progress: Any = None) -> np.ndarray:
         # The loop needs torch; it is imported here, where a loaded model already brought it in, so that a module
         # that only names this class (the cache, the BM25 path of evaluate) does not load torch for it.
         from embedkit.models.batching import encode_texts
 
-        return encode_texts(self, list(texts), prompt=prompt, show_progress=show_progress, progress=progress)
+        return encode_texts(self, texts, prompt=prompt, show_progress=show_progress, progress=progress)
 
     def encode_queries(self, queries: Sequence[str], **kwargs: Any) -> np.ndarray:
-        return self.encode(queries, prompt=self.query_prompt, show_progress=kwargs.get("show_progress"))
+        """Embed query texts (a list of strings; an empty list gives a ``(0, dim)`` array)."""
+        queries = check_texts(queries, "queries")
+        return self._encode(queries, self.query_prompt, kwargs.get("show_progress"))
+
+    def encode_documents(self, documents: Sequence[str], **kwargs: Any) -> np.ndarray:
+        """Embed document texts (a list of strings) with the document prompt."""
+        documents = check_texts(documents, "documents")
+        return self._encode(documents, self.document_prompt, kwargs.get("show_progress"))
 
     def encode_corpus(self, corpus: Any, **kwargs: Any) -> np.ndarray:
-        """Embed documents given as dicts with ``title``/``text`` or as a ``datasets.Dataset``."""
-        texts = [doc_text(doc) for doc in corpus]
-        return self.encode(texts, prompt=self.document_prompt, show_progress=kwargs.get("show_progress"))
+        """Embed documents given as dicts with ``title``/``text`` (or plain strings) or as a ``datasets.Dataset``."""
+        return self._encode(corpus_texts(corpus), self.document_prompt, kwargs.get("show_progress"))
 
     def __repr__(self) -> str:
         return f"EmbeddingModel({self.settings})"
+
+
+def corpus_texts(corpus: Any) -> list[str]:
+    """The text of each document, checked: a dict's ``title`` and ``text`` must be strings that encode (or absent)."""
+    texts = []
+    for i, doc in enumerate(check_sequence(corpus, "corpus")):
+        if isinstance(doc, str):
+            texts.append(check_text(doc, None, None, f"corpus[{i}]"))
+            continue
+        if not isinstance(doc, Mapping):
+            raise EmbedkitError(
+                f"must be a dict with 'text' (and 'title') or a string, not {type(doc).__name__}", field=f"corpus[{i}]"
+            )
+        for name in ("title", "text"):
+            check_text(doc.get(name), None, None, f"corpus[{i}].{name}", required=False)
+        texts.append(doc_text(doc))
+    return texts

@@ -15,9 +15,10 @@ from embedkit.models.backends import apply_backend
 from embedkit.models.device import effective_dtype, pick_device
 from embedkit.models.dupmae_pooling import DupMAEPooling
 from embedkit.models.embedding_model import EmbeddingModel
-from embedkit.models.options import check_run_options
+from embedkit.models.options import check_max_length, check_run_options, stack_limit
 from embedkit.models.reference import folder_hint, hub_offline, resolve_model
 from embedkit.storage import read_json
+from embedkit.validation import check_number
 
 POOLING_MODES = {"cls": "cls", "mean": "mean", "last": "lasttoken", "max": "max"}
 
@@ -108,8 +109,8 @@ def load_model(
     once and runs float32, and is recorded as such.
     A local folder is recorded by its absolute path, so what is recorded reloads from any working directory.
     """
-    if max_length is not None and max_length < 1:
-        raise EmbedkitError(f"must be at least 1, not {max_length}", field="max_length")
+    check_number(max_length, "max_length", minimum=1)
+    check_number(batch_tokens, "batch_tokens", minimum=1)
     backend = backend or "torch"
     device = check_run_options(dtype, backend, device)
     reference = resolve_model(name_or_path, revision)
@@ -135,6 +136,7 @@ def load_model(
         for position in reversed(normalizing):
             del model[position]  # in place: the model keeps its prompts and settings
     if max_length is not None:
+        check_max_length(max_length, stack_limit(model), path=path if path.is_dir() else None)
         model.max_seq_length = max_length
     backend_config = apply_backend(model, backend, dtype)
     prompts = getattr(model, "prompts", {}) or {}

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 
 from embedkit.errors import EmbedkitError
+from embedkit.validation import check_number
 
 DTYPE_NAMES = ("float32", "bfloat16", "float16")
 BACKENDS = ("torch", "torch-int8", "onnx", "onnx-int8", "openvino")
@@ -38,3 +39,36 @@ def check_run_options(dtype: str, backend: str, device: str | None) -> str | Non
             field="backend",
         )
     return "cpu"
+
+
+def longest_input(config: object) -> int | None:
+    """Tokens the network can read at once: its position table (``max_position_embeddings``), less the padding rows
+    RoBERTa-likes keep at its start; None when the config has no table (a rotary or static model)."""
+    positions = getattr(config, "max_position_embeddings", None)
+    if not isinstance(positions, int) or positions < 1:
+        return None
+    model_type = str(getattr(config, "model_type", ""))
+    if "roberta" in model_type or model_type in ("camembert", "longformer"):
+        positions -= int(getattr(config, "pad_token_id", 1) or 0) + 1
+    return positions
+
+
+def stack_limit(model: object) -> int | None:
+    """``longest_input`` of a sentence-transformers stack (a ``SentenceTransformer`` or ``CrossEncoder``) whose first
+    module is a transformer; None for a static model, which has no position table."""
+    network = getattr(model[0], "auto_model", None)  # type: ignore[index]
+    return None if network is None else longest_input(getattr(network, "config", None))
+
+
+def check_max_length(max_length: int | None, limit: int | None, field: str = "max_length", path=None) -> None:
+    """Refuse a ``max_length`` beyond what the model reads: past its position table, torch fails deep in the
+    embedding lookup (an index error, or a device-side assert on a GPU) after the data was loaded."""
+    if max_length is None:
+        return
+    check_number(max_length, field, minimum=1, path=path)
+    if limit is not None and max_length > limit:
+        raise EmbedkitError(
+            f"must be at most {limit}, the longest input this model reads (its position embeddings), not {max_length}",
+            path=path,
+            field=field,
+        )

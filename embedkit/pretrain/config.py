@@ -9,7 +9,8 @@ from embedkit.errors import EmbedkitError
 from embedkit.models.pooling import SENTENCE_POOLINGS
 from embedkit.models.reference import default_model_path, folder_hint
 from embedkit.storage import read_json
-from embedkit.training.config import RunConfig
+from embedkit.training.config import MAX_STEPS, RunConfig
+from embedkit.validation import check_number
 
 OBJECTIVES = ("retromae", "dupmae", "mlm", "tsdae")
 POLICIES = ("random", "whole_word", "span", "idf")
@@ -75,11 +76,16 @@ class PretrainConfig(RunConfig):
                 f"unknown sentence pooling '{self.sentence_pooling}' ({choices})", field="sentence_pooling"
             )
         for name in ("encoder_mask_ratio", "decoder_mask_ratio", "deletion_ratio"):
+            check_number(getattr(self, name), name)
             if not 0.0 < getattr(self, name) < 1.0:
                 raise EmbedkitError(f"must lie between 0 and 1, got {getattr(self, name)}", field=name)
         super().check()
-        if self.max_length is None or self.max_length < 8:
+        if self.max_length is None or self.max_length < 8:  # past the encoder's positions: refused once it loads
             raise EmbedkitError("must be at least 8 tokens", field="max_length")
+        check_number(self.chunk_overlap, "chunk_overlap")
+        check_number(self.head_warmup_steps, "head_warmup_steps", maximum=MAX_STEPS)
+        check_number(self.head_learning_rate, "head_learning_rate", maximum=1.0)
+        check_number(self.bow_weight, "bow_weight", maximum=1000.0)
         if self.truncate and self.chunk_overlap is not None:
             raise EmbedkitError("truncated texts have no windows to overlap: drop one", field="chunk_overlap")
         if self.chunk_overlap is not None and not 0 <= self.chunk_overlap <= self.max_length // 2:

@@ -23,6 +23,7 @@ from transformers.trainer_callback import ProgressCallback
 
 from embedkit.environment import library_versions
 from embedkit.errors import EmbedkitError
+from embedkit.models.options import check_max_length, longest_input
 from embedkit.pretrain.callbacks import HeadWarmup, ProgressBar
 from embedkit.pretrain.card import card
 from embedkit.pretrain.collator import PretrainCollator
@@ -37,7 +38,14 @@ from embedkit.pretrain.tsdae import TSDAE
 from embedkit.storage import read_json, write_json, write_text
 from embedkit.training.arguments import shared_training_arguments
 from embedkit.training.evaluator import EncoderEvaluation, RetrievalEvaluator
-from embedkit.training.run_folder import ENCODER_KIND, RECORDS, TrainingRun, partial_folder, prepare_run, run_lock
+from embedkit.training.run_folder import (
+    ENCODER_KIND,
+    RECORDS,
+    TrainingRun,
+    locked_run,
+    partial_folder,
+    prepare_run,
+)
 
 RECORD = RECORDS[ENCODER_KIND]
 
@@ -153,7 +161,7 @@ def pretrain(config: PretrainConfig, dataset: datasets.Dataset | None = None) ->
         **shared_training_arguments(config, partial_folder(output) / "checkpoints"), remove_unused_columns=False
     )
     main = args.process_index == 0
-    with run_lock(output, main):
+    with locked_run(output, main) as made:
         with args.main_process_first(local=False, desc="preparing the output folder"):
             run = prepare_run(
                 output,
@@ -165,6 +173,7 @@ def pretrain(config: PretrainConfig, dataset: datasets.Dataset | None = None) ->
             )
         if run is None:
             return output
+        made.append(run)
         return _pretrain_run(config, run, args, dataset)
 
 
@@ -173,6 +182,7 @@ def _pretrain_run(
 ) -> Path:
     set_seed(config.seed)  # a new head or decoder starts from the same weights whatever ran before in this process
     objective, tokenizer, base = build_objective(config)
+    check_max_length(config.max_length, longest_input(objective.encoder.config), path=base)
     texts, origin = load_texts(
         dataset if dataset is not None else (config.dataset or config.data), config.corpus_limit, config.data_dir
     )

@@ -23,10 +23,12 @@ from embedkit.data.beir import BeirDataset, load_dataset
 from embedkit.data.trec import ranked
 from embedkit.errors import EmbedkitError
 from embedkit.models.device import autocast, effective_dtype, pick_device
+from embedkit.models.options import check_max_length, stack_limit
 from embedkit.models.reference import weights_sha256
 from embedkit.protocols import Run
 from embedkit.reranking.settings import RerankSettings, resolve_cross_encoder
 from embedkit.search.fusion import min_max
+from embedkit.validation import check_sequence, check_text
 
 
 def keep_head_in_float32(model: nn.Module) -> None:
@@ -57,6 +59,7 @@ class CrossEncoderReranker:
             self.weights_sha256 = weights_sha256(reference.path) if reference.path.is_dir() else None
             self.device = pick_device(settings.device)
             model = CrossEncoder(str(reference.path), max_length=settings.max_length, device=self.device)
+            check_max_length(settings.max_length, stack_limit(model), path=reference.path)
             keep_head_in_float32(model)
         else:
             self.name, self.weights_sha256, self.device = settings.model, None, str(model.device)
@@ -80,6 +83,7 @@ class CrossEncoderReranker:
 
     def score(self, pairs: Sequence[tuple[str, str]]) -> np.ndarray:
         """Logits of ``(query text, document text)`` pairs, float32, in the order given."""
+        pairs = check_pairs(pairs)
         if not pairs:
             return np.zeros(0, dtype=np.float32)
         with autocast(self.device, self.dtype):
@@ -100,11 +104,16 @@ class CrossEncoderReranker:
         trec_eval reads it) is the re-scored hits by score, then the others in their first-stage order. With a
         ``first_stage_weight`` the re-scored hits carry the interpolated score instead of the logit.
         """
+        if not isinstance(run, Mapping) or not all(isinstance(hits, Mapping) for hits in run.values()):
+            raise EmbedkitError("must map each query id to {doc id: score}", field="run")
         heads = {query_id: [doc for doc, _ in ranked(hits)[: self.settings.depth]] for query_id, hits in run.items()}
         missing = sorted(query_id for query_id in run if query_id not in queries)
         if missing:
             raise EmbedkitError(f"query '{missing[0]}' of the run has no text ({len(missing)} such)", field="query id")
         todo = list(dict.fromkeys((q, d) for q, docs in heads.items() for d in docs if (q, d) not in self.scores))
+        for query_id, doc_id in todo:  # named by id: a pair's position in the batch means nothing to the caller
+            check_text(queries[query_id], None, None, f"queries['{query_id}']")
+            check_text(documents[doc_id], None, None, f"documents['{doc_id}']")
         fresh = self.score([(queries[q], documents[d]) for q, d in todo])
         self.scores.update(zip(todo, map(float, fresh)))
         reranked: Run = {}
@@ -116,6 +125,16 @@ class CrossEncoderReranker:
             tail = [doc for doc, _ in ranked(hits)[self.settings.depth :]]
             reranked[query_id] = {**head, **{doc: floor - position for position, doc in enumerate(tail, start=1)}}
         return reranked
+
+
+def check_pairs(pairs: Any) -> list[tuple[str, str]]:
+    """A list of ``(query, document)`` text pairs; a bare string or a pair of non-texts is refused by position."""
+    checked = []
+    for i, pair in enumerate(check_sequence(pairs, "pairs")):
+        if isinstance(pair, (str, bytes)) or not isinstance(pair, Sequence) or len(pair) != 2:
+            raise EmbedkitError("must be a (query, document) pair of texts", field=f"pairs[{i}]")
+        checked.append(tuple(check_text(text, None, None, f"pairs[{i}][{j}]") for j, text in enumerate(pair)))
+    return checked
 
 
 def interpolated(logits: dict[str, float], first_stage: dict[str, float], weight: float) -> dict[str, float]:

@@ -9,6 +9,9 @@ from embedkit.errors import EmbedkitError
 from embedkit.models.options import DTYPE_NAMES
 from embedkit.models.reference import ModelReference, resolve_model
 from embedkit.storage import read_json
+from embedkit.validation import check_number
+
+MAX_BATCH_SIZE = 1_000_000  # pairs per forward pass; more only exhausts memory
 
 
 @dataclass(frozen=True)
@@ -34,14 +37,14 @@ class RerankSettings:
         """Refuses a bad setting naming it with ``prefix`` (``--`` names the CLI flag, ``rerank_`` evaluate's)."""
         if not self.model:
             raise EmbedkitError("needs a cross-encoder model", field=f"{prefix}model")
-        for name in ("depth", "batch_size", "max_length"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                flag = name.replace("_", "-") if prefix.startswith("-") else name
-                raise EmbedkitError(f"must be at least 1, not {value}", field=f"{prefix}{flag}")
-        if not 0 <= self.first_stage_weight <= 1:
-            flag = "first-stage-weight" if prefix.startswith("-") else "first_stage_weight"
-            raise EmbedkitError(f"must be in [0, 1], not {self.first_stage_weight}", field=f"{prefix}{flag}")
+
+        def flag(name: str) -> str:
+            return prefix + (name.replace("_", "-") if prefix.startswith("-") else name)
+
+        check_number(self.depth, flag("depth"), minimum=1)  # past a query's hits it reranks them all
+        check_number(self.batch_size, flag("batch_size"), minimum=1, maximum=MAX_BATCH_SIZE)
+        check_number(self.max_length, flag("max_length"), minimum=1)  # its upper bound is the model's (on load)
+        check_number(self.first_stage_weight, flag("first_stage_weight"), minimum=0, maximum=1)
         if self.dtype not in DTYPE_NAMES:
             raise EmbedkitError(f"unknown dtype '{self.dtype}' ({' | '.join(DTYPE_NAMES)})", field=f"{prefix}dtype")
         return self

@@ -6,11 +6,15 @@ from dataclasses import dataclass, field
 
 from embedkit.errors import EmbedkitError
 from embedkit.models.options import DTYPE_NAMES
-from embedkit.training.config import RunConfig
+from embedkit.training.config import MAX_BATCH_SIZE, RunConfig
+from embedkit.validation import check_number
 
 OBJECTIVES = ("supervised", "simcse", "cropping", "cross-encoder")
 BI_ENCODER_LOSSES = ("infonce", "distill")
 CROSS_ENCODER_LOSSES = ("bce", "listnet", "lambdaloss")
+MIN_TEMPERATURE, MAX_TEMPERATURE = 1e-4, 100.0
+MAX_NEGATIVES = 10_000
+MAX_DIM = 1_000_000
 
 
 @dataclass
@@ -64,6 +68,7 @@ class TrainConfig(RunConfig):
             raise EmbedkitError("Matryoshka and GradCache are bi-encoder settings", field="objective")
         if self.dev_dtype not in DTYPE_NAMES:
             raise EmbedkitError(f"unknown dtype '{self.dev_dtype}' ({' | '.join(DTYPE_NAMES)})", field="dev_dtype")
+        check_number(self.dev_fraction, "dev_fraction", minimum=0, maximum=1)
         if self.dev_fraction is not None and not 0 < self.dev_fraction < 1:
             raise EmbedkitError(f"must be in (0, 1), not {self.dev_fraction}", field="dev_fraction")
         if self.dev_fraction is not None and self.objective in ("simcse", "cropping"):
@@ -74,9 +79,9 @@ class TrainConfig(RunConfig):
             raise EmbedkitError("give --dev-fraction or --dev-dataset, not both", field="dev_fraction")
         super().check()
         for name in ("temperature", "teacher_temperature"):
-            if getattr(self, name) <= 0:
-                raise EmbedkitError(f"must be > 0, not {getattr(self, name)}", field=name)
-        if self.num_negatives is not None and self.num_negatives < 0:
-            raise EmbedkitError(f"must be at least 0, not {self.num_negatives}", field="num_negatives")
-        if self.mini_batch_size is not None and self.mini_batch_size < 1:
-            raise EmbedkitError(f"must be at least 1, not {self.mini_batch_size}", field="mini_batch_size")
+            # below 1e-4 the logits' scale (1 / T) overflows in half precision and the loss is NaN
+            check_number(getattr(self, name), name, minimum=MIN_TEMPERATURE, maximum=MAX_TEMPERATURE)
+        check_number(self.num_negatives, "num_negatives", minimum=0, maximum=MAX_NEGATIVES)
+        check_number(self.mini_batch_size, "mini_batch_size", minimum=1, maximum=MAX_BATCH_SIZE)
+        for i, dim in enumerate(self.matryoshka_dims):
+            check_number(dim, f"matryoshka_dims[{i}]", minimum=1, maximum=MAX_DIM)

@@ -17,6 +17,7 @@ from sentence_transformers.cross_encoder.losses import BinaryCrossEntropyLoss, L
 from torch import nn
 
 from embedkit.errors import EmbedkitError
+from embedkit.models.options import check_max_length, stack_limit
 from embedkit.models.reference import resolve_model, weights_sha256
 
 __all__ = [
@@ -33,6 +34,7 @@ def load_cross_encoder(name: str | None, max_length: int | None) -> tuple[CrossE
     """The network to train (one logit per pair) and what the record says it started from."""
     reference = resolve_model(name)
     model = CrossEncoder(str(reference.path), num_labels=1, max_length=max_length)
+    check_max_length(max_length, stack_limit(model), path=reference.path)
     started = {
         "model": reference.name,
         "weights_sha256": weights_sha256(reference.path) if reference.path.is_dir() else None,

@@ -27,6 +27,7 @@ from embedkit.search.dense import DenseRetrieval
 from embedkit.search.fusion import reciprocal_rank_fusion
 from embedkit.search.retriever import Dense
 from embedkit.train.mined import MINED_FORMAT, write_mined_file
+from embedkit.validation import check_number
 
 CANDIDATES = ("dense", "hybrid")
 
@@ -48,6 +49,18 @@ class MiningSettings:
     teacher_max_length: int | None = None
 
     def check(self) -> None:
+        """Refuses NaN and infinity by name (a NaN margin would keep no negative at all) and empty windows; a window
+        or count past the corpus is harmless (the search depth is cut to the corpus size)."""
+        check_number(self.range_min, "range_min", minimum=1)
+        check_number(self.range_max, "range_max", minimum=1)
+        check_number(self.num_negatives, "num_negatives", minimum=1)
+        check_number(self.margin, "margin")
+        check_number(self.relative_margin, "relative_margin", minimum=0)
+        if self.relative_margin >= 1:
+            raise EmbedkitError(f"must be in [0, 1), not {self.relative_margin}", field="relative_margin")
+        check_number(self.seed, "seed", minimum=0)
+        check_number(self.max_teacher_ratio, "max_teacher_ratio")
+        check_number(self.teacher_max_length, "teacher_max_length", minimum=1)  # the teacher's own bound on load
         if not 1 <= self.range_min <= self.range_max:
             raise EmbedkitError(f"the rank window {self.range_min}-{self.range_max} is empty", field="range")
         if self.sampling not in ("random", "top"):
@@ -79,12 +92,13 @@ def mine_hard_negatives(
     row_of = {doc_id: i for i, doc_id in enumerate(index.ids)}
     query_ids = list(qrels)
     query_vectors = model.encode_queries([dataset.queries[q] for q in query_ids])
-    scores, hits = index.search(query_vectors, settings.range_max)
+    depth = min(settings.range_max, len(index.ids))  # a window past the corpus holds the whole corpus
+    scores, hits = index.search(query_vectors, depth)
     dense_scores = {q: dict(zip(ids, map(float, values))) for q, ids, values in zip(query_ids, hits, scores)}
     ranked = dense_scores
     if settings.candidates == "hybrid":
-        lexical = bm25_searcher(dataset).search({q: dataset.queries[q] for q in query_ids}, settings.range_max)
-        ranked = reciprocal_rank_fusion([ranked, lexical], depth=settings.range_max, k=settings.range_max)
+        lexical = bm25_searcher(dataset).search({q: dataset.queries[q] for q in query_ids}, depth)
+        ranked = reciprocal_rank_fusion([ranked, lexical], depth=depth, k=depth)
     corpus = dataset.corpus
     rng = np.random.default_rng(settings.seed)
     records = []

@@ -31,7 +31,14 @@ from embedkit.train.losses import build_loss
 from embedkit.train.unsupervised import cropping_pairs, simcse_pairs
 from embedkit.training.arguments import shared_training_arguments
 from embedkit.training.evaluator import RerankEvaluator, RetrievalEvaluator
-from embedkit.training.run_folder import MODEL_KIND, RECORDS, TrainingRun, partial_folder, prepare_run, run_lock
+from embedkit.training.run_folder import (
+    MODEL_KIND,
+    RECORDS,
+    TrainingRun,
+    locked_run,
+    partial_folder,
+    prepare_run,
+)
 
 RECORD = RECORDS[MODEL_KIND]
 RERANK_DEV_DEPTH = 30  # BM25 hits per dev query a cross-encoder reranks during training
@@ -125,13 +132,14 @@ def train(config: TrainConfig) -> Path:
     output = Path(config.output)
     args = training_arguments(config, partial_folder(output) / "checkpoints")
     main = args.process_index == 0
-    with run_lock(output, main):
+    with locked_run(output, main) as made:
         with args.main_process_first(local=False, desc="preparing the output folder"):
             run = prepare_run(
                 output, MODEL_KIND, asdict(config), resume=config.resume, overwrite=config.overwrite, main=main
             )
         if run is None:
             return output
+        made.append(run)
         return _train_run(config, run, args)
 
 

@@ -12,8 +12,14 @@ from typing import Any, TypeVar
 
 from embedkit.errors import EmbedkitError
 from embedkit.settings_file import from_yaml
+from embedkit.validation import check_number
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+MAX_BATCH_SIZE = 1_000_000
+MAX_STEPS = 1_000_000_000
+MAX_EPOCHS = 100_000
+MAX_LENGTH = 1_000_000
+MAX_SEED = 2**32 - 1  # numpy's legacy seeding, which the Trainer's set_seed uses, takes no more
 Config = TypeVar("Config", bound="RunConfig")
 
 
@@ -48,21 +54,25 @@ class RunConfig:
         """The checks every run shares: steps, batch, learning rate, schedule, precision."""
         if self.precision not in PRECISIONS:
             raise EmbedkitError(f"unknown precision '{self.precision}' ({' | '.join(PRECISIONS)})", field="precision")
-        for name in ("batch_size", "save_steps", "logging_steps", "save_total_limit"):
-            if getattr(self, name) < 1:
-                raise EmbedkitError(f"must be at least 1, not {getattr(self, name)}", field=name)
-        for name in ("corpus_limit", "max_length", "eval_steps"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                raise EmbedkitError(f"must be at least 1, not {value}", field=name)
+        # NaN and infinity by name; the upper bounds refuse what could only exhaust memory or never end
+        check_number(self.batch_size, "batch_size", minimum=1, maximum=MAX_BATCH_SIZE)
+        for name in ("save_steps", "logging_steps", "save_total_limit", "corpus_limit", "eval_steps"):
+            check_number(getattr(self, name), name, minimum=1, maximum=MAX_STEPS)
+        check_number(self.max_length, "max_length", minimum=1, maximum=MAX_LENGTH)  # the model's own bound on load
+        check_number(self.epochs, "epochs", maximum=MAX_EPOCHS)
         if self.epochs <= 0:
             raise EmbedkitError(f"must be > 0, not {self.epochs}", field="epochs")
+        check_number(self.max_steps, "max_steps", maximum=MAX_STEPS)
         if self.max_steps != -1 and self.max_steps < 1:
             raise EmbedkitError(f"must be -1 (use epochs) or at least 1, not {self.max_steps}", field="max_steps")
+        check_number(self.learning_rate, "learning_rate", maximum=1.0)
         if self.learning_rate <= 0:
             raise EmbedkitError(f"must be > 0, not {self.learning_rate}", field="learning_rate")
-        if not 0 <= self.warmup_ratio < 1:
+        check_number(self.warmup_ratio, "warmup_ratio", minimum=0)
+        if self.warmup_ratio >= 1:
             raise EmbedkitError(f"must be in [0, 1), not {self.warmup_ratio}", field="warmup_ratio")
+        check_number(self.weight_decay, "weight_decay", minimum=0, maximum=1.0)
+        check_number(self.seed, "seed", minimum=0, maximum=MAX_SEED)
         if self.eval_steps is not None and not self.has_dev_set:
             raise EmbedkitError("evaluating during training needs a dev set (--dev-dataset)", field="eval_steps")
 

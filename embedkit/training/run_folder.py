@@ -58,6 +58,7 @@ class TrainingRun:
     settings: dict[str, Any]
     resume_from: str | None = None
     changed_on_resume: list[str] = field(default_factory=list)
+    fresh: bool = False  # this process made ``partial`` (not a resumed run's): it may remove it on failure
 
     @property
     def partial(self) -> Path:
@@ -178,8 +179,45 @@ def prepare_run(
         if run.partial.exists():
             shutil.rmtree(run.partial)
         run.partial.mkdir(parents=True)
+        run.fresh = True
         write_json(run.partial / RUN_FILE, {"format": f"embedkit.{kind}-run/1", "settings": run.settings})
     return run
+
+
+def _missing_folders(folder: Path) -> list[Path]:
+    """``folder`` and its ancestors that do not exist yet, innermost first."""
+    missing = []
+    while not folder.exists() and folder.parent != folder:
+        missing.append(folder)
+        folder = folder.parent
+    return missing
+
+
+@contextlib.contextmanager
+def locked_run(output: str | Path, main: bool) -> Iterator[list[TrainingRun]]:
+    """``run_lock``, and a run refused or failing before its first checkpoint removes what it made
+    (``OUTPUT.partial`` while it still holds the lock, then the folders made to hold it), so the corrected command
+    starts clean instead of meeting "an unfinished run with other settings". The caller appends its run to the
+    yielded list once ``prepare_run`` made it. A run with a checkpoint keeps it (``--resume`` goes on from there),
+    and a resumed run's folder was never this run's to remove."""
+    missing = _missing_folders(Path(output).absolute().parent)
+    runs: list[TrainingRun] = []
+    try:
+        with run_lock(output, main):
+            try:
+                yield runs
+            except BaseException:
+                for run in runs if main else []:
+                    if run.fresh and _latest_checkpoint(run.checkpoints, main=False) is None:
+                        shutil.rmtree(run.partial, ignore_errors=True)
+                raise
+    except BaseException:
+        for folder in missing if main else []:
+            try:
+                folder.rmdir()  # only while empty: never anything another writer put there
+            except OSError:
+                break
+        raise
 
 
 @contextlib.contextmanager
