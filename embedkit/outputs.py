@@ -22,7 +22,18 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from embedkit.errors import EmbedkitError
-from embedkit.storage import LOCK_SUFFIX, NEW_MARK, OLD_MARK, fsync_folder, is_litter, token
+from embedkit.storage import (
+    LOCK_SUFFIX,
+    NEW_MARK,
+    OLD_MARK,
+    DiskFull,
+    fsync_folder,
+    is_disk_full,
+    is_litter,
+    note_in_place,
+    token,
+    tree_bytes,
+)
 
 logger = logging.getLogger(__name__)
 # The file in each kind of embedkit output folder whose "format" field says what wrote it ("embedkit.<kind>/<n>").
@@ -258,6 +269,34 @@ def replace_folder(
         try:
             yield new
             commit_folder(new, path)
-        except BaseException:
+        except BaseException as err:
+            written = tree_bytes(new) if is_disk_full(err) else 0
             shutil.rmtree(new, ignore_errors=True)
+            if written or (is_disk_full(err) and not isinstance(err, DiskFull)):
+                needed = written + getattr(err, "needed", 0)
+                raise DiskFull(path, needed, exact=False) from None
             raise
+        note_in_place(path, folder=True)
+
+
+def refuse_inside_other_output(folder: str | Path, kind: str, flag: str = "--output", *, holds: bool = False) -> None:
+    """Refuse to write a ``kind`` at ``folder`` inside another embedkit output (an index, embeddings, a report...):
+    replacing that output (``--overwrite``) swaps its folder whole and would delete this one with it.
+
+    ``folder`` is the path the new output takes (it may be an earlier output of ``kind``, to be replaced), or with
+    ``holds`` the folder it is written under (``evaluate -o``), which must not be an output itself. Every existing
+    folder above is looked at for an embedkit marker (``output_kind``), symbolic links resolved. Nothing is created.
+    """
+    target = Path(folder).absolute()
+    first = target if holds else target.parent
+    for parent in [first, *first.parents]:
+        real = parent.resolve()
+        found = output_kind(real) if real.is_dir() else None
+        if found is not None:
+            relation = "is" if parent == target else "is inside"
+            raise EmbedkitError(
+                f"{relation} the embedkit {found} folder {real}; replacing that {found} would delete this {kind} "
+                "with it: choose a folder outside it",
+                path=folder,
+                field=flag,
+            )

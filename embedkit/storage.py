@@ -8,10 +8,12 @@ outputs may be replaced at all, are ``embedkit.outputs``'s.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
 import secrets
+import shutil
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -23,6 +25,31 @@ from embedkit.errors import EmbedkitError
 LOCK_SUFFIX = ".embedkit-lock"
 NEW_MARK = ".embedkit-new."
 OLD_MARK = ".embedkit-old."
+
+
+# What this process has put in place (files renamed over their targets, folders swapped in), by folder: Ctrl-C's one
+# line names what a rerun reuses. Only names are kept; ``kept_so_far`` counts those still there.
+_in_place: dict[str, set[str]] = {}
+
+
+def note_in_place(path: Path, folder: bool = False) -> None:
+    """Record that ``path`` (a complete file, or with ``folder`` a whole folder) was put in place by this process."""
+    if folder:
+        _in_place.setdefault(str(path), set())
+    else:
+        _in_place.setdefault(str(path.parent), set()).add(path.name)
+
+
+def kept_so_far() -> dict[str, int]:
+    """Folder → complete files this process put there that still exist (0: the folder itself was swapped in)."""
+    kept = {}
+    for folder, names in list(_in_place.items()):
+        if not os.path.isdir(folder):
+            continue
+        count = sum(os.path.exists(os.path.join(folder, name)) for name in list(names))
+        if count or not names:
+            kept[folder] = count
+    return kept
 
 
 def token() -> str:
@@ -48,11 +75,65 @@ def is_litter(name: str) -> bool:
     return name.startswith(".") and (name.endswith((".tmp", LOCK_SUFFIX)) or NEW_MARK in name or OLD_MARK in name)
 
 
+class DiskFull(EmbedkitError):
+    """The disk filled while embedkit wrote ``path``: one line with the space it needs and the space free."""
+
+    def __init__(self, path: Path, needed: int, exact: bool) -> None:
+        self.needed = needed
+        free = free_bytes(path.parent)
+        need = f"{'' if exact else 'more than '}{human_bytes(needed)}"
+        super().__init__(f"no space left on device: writing it needs {need}, {human_bytes(free)} free", path=path)
+
+
+def is_disk_full(err: BaseException) -> bool:
+    """ENOSPC or EDQUOT from Python, or FAISS's C++ write error that carries the same text."""
+    if isinstance(err, DiskFull):
+        return True
+    if isinstance(err, OSError):
+        return err.errno in (errno.ENOSPC, errno.EDQUOT)
+    return isinstance(err, RuntimeError) and "No space left on device" in str(err)
+
+
+def free_bytes(folder: Path) -> int:
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        return shutil.disk_usage(folder).free
+    except OSError:
+        return 0
+
+
+def tree_bytes(path: Path) -> int:
+    """Bytes of the files under ``path`` (or of the file ``path``); 0 where it is gone."""
+    if path.is_file():
+        return path.stat().st_size
+    total = 0
+    for root, _, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(root, name)).st_size
+    return total
+
+
+def human_bytes(count: int) -> str:
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if count < 1024 or unit == "GiB":
+            return f"{count} {unit}" if unit == "bytes" else f"{count:.1f} {unit}"
+        count /= 1024
+    return f"{count:.1f} TiB"  # pragma: no cover
+
+
 @contextlib.contextmanager
-def atomic_open(path: str | Path, mode: str = "w") -> Iterator[IO[Any]]:
-    """Open a new file beside ``path``; rename it over ``path`` only if the block succeeds."""
+def atomic_open(path: str | Path, mode: str = "w", size: int | None = None) -> Iterator[IO[Any]]:
+    """Open a new file beside ``path``; rename it over ``path`` only if the block succeeds.
+
+    ``size`` (bytes, when the caller knows it) is checked against the free space first; a disk that fills anyway is
+    one ``DiskFull`` line, the temporary file removed.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    if size is not None and free_bytes(path.parent) < size:
+        raise DiskFull(path, size, exact=True)
     tmp = path.parent / f".{path.name}.{token()}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # 0o666 & ~umask, as open() gives
     try:
@@ -61,19 +142,21 @@ def atomic_open(path: str | Path, mode: str = "w") -> Iterator[IO[Any]]:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
+        written = tree_bytes(tmp) if tmp.exists() else 0
         tmp.unlink(missing_ok=True)
+        if is_disk_full(err) and not isinstance(err, DiskFull):
+            raise DiskFull(path, max(size or 0, written), exact=size is not None) from None
         raise
+    note_in_place(path)
 
 
 def write_json(path: str | Path, data: Any) -> None:
-    with atomic_open(path) as handle:
-        json.dump(data, handle, indent=2, ensure_ascii=False)
-        handle.write("\n")
+    write_text(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
 
 
 def write_text(path: str | Path, text: str) -> None:
-    with atomic_open(path) as handle:
+    with atomic_open(path, size=len(text.encode("utf-8", "surrogatepass"))) as handle:
         handle.write(text)
 
 
@@ -111,7 +194,7 @@ def read_json(path: str | Path, what: str = "file") -> Any:
 
 
 def save_npy(path: str | Path, array: np.ndarray) -> None:
-    with atomic_open(path, "wb") as handle:
+    with atomic_open(path, "wb", size=array.nbytes) as handle:
         np.save(handle, array, allow_pickle=False)
 
 

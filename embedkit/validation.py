@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import unicodedata
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -108,15 +108,17 @@ def check_text(value: Any, path: str | Path | None, line: int | None, field: str
 
 
 def check_sequence(values: Any, field: str) -> Sequence[Any]:
-    """A list or tuple (or other non-string sequence); a bare string is refused, not read as one item per character."""
+    """A list or tuple; a bare string is refused (not read as one item per character), and so is a mapping or a
+    set (read as its keys, in an order nobody chose)."""
     if isinstance(values, (str, bytes)):
         raise EmbedkitError(f"must be a list, not a single {type(values).__name__} (wrap it: [text])", field=field)
-    if not isinstance(values, Sequence):
-        try:
-            values = list(values)
-        except TypeError:
-            raise EmbedkitError(f"must be a list, not {type(values).__name__}", field=field) from None
-    return values
+    if isinstance(values, (list, tuple)):
+        return values
+    if isinstance(values, Sequence) and not isinstance(values, Mapping):
+        return values
+    if getattr(values, "ndim", None) == 1 and hasattr(values, "tolist"):  # a 1-d numpy array or pandas Series
+        return values.tolist()
+    raise EmbedkitError(f"must be a list, not {type(values).__name__}", field=field)
 
 
 def check_texts(values: Any, field: str) -> list[str]:

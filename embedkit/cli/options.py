@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
+import typing
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Optional
@@ -9,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 import typer
 
 from embedkit.errors import EmbedkitError
+from embedkit.validation import check_number
 
 if TYPE_CHECKING:
     from embedkit.encode.ray_executor import RayExecutor
@@ -61,10 +66,9 @@ Overwrite = Annotated[
 ]
 
 
-def at_least(value: int | float | None, minimum: int | float, flag: str) -> None:
-    """Refuse a numeric flag below ``minimum`` (``None`` means not given)."""
-    if value is not None and value < minimum:
-        raise EmbedkitError(f"must be at least {minimum}, not {value}", field=flag)
+def at_least(value: int | float | None, minimum: int | float, flag: str, maximum: int | float | None = None) -> None:
+    """Refuse a numeric flag below ``minimum`` (or above ``maximum``), NaN or infinite; ``None`` means not given."""
+    check_number(value, flag, minimum=minimum, maximum=maximum)
 
 
 def one_of(value: str | None, choices: tuple[str, ...] | list[str], flag: str) -> None:
@@ -148,3 +152,55 @@ def ray_executor(
     executor = RayExecutor(RaySettings(address, workers, gpus_per_worker, cpus_per_worker))  # checks them
     import_ray()
     return executor
+
+
+# The largest integer any option takes: past it numpy and FAISS overflow (a traceback or a native crash), not refuse.
+INT_MAX = 2**63 - 1
+
+
+def _flag_of(parameter: inspect.Parameter) -> str:
+    """The option's name on the command line: its ``--flag`` (else its short ``-f``), else typer's ``--name``."""
+    for meta in getattr(parameter.annotation, "__metadata__", ()):
+        decls = [d.split("/")[0] for d in (getattr(meta, "param_decls", None) or ()) if d.startswith("-")]
+        default = getattr(meta, "default", None)
+        if isinstance(default, str) and default.startswith("-"):
+            decls.insert(0, default)
+        if decls:
+            return next((d for d in decls if d.startswith("--")), decls[0])
+    return "--" + parameter.name.replace("_", "-")
+
+
+def _numeric(annotation: Any) -> type | None:
+    """``int`` or ``float`` when an option takes one (``Optional[...]`` and ``Annotated[...]`` looked through)."""
+    base = typing.get_args(annotation)[0] if typing.get_origin(annotation) is Annotated else annotation
+    candidates = [a for a in typing.get_args(base) if a is not type(None)] or [base]
+    for kind in (float, int):
+        if kind in candidates:
+            return kind
+    return None
+
+
+def finite_numbers(command: Callable[..., Any]) -> Callable[..., Any]:
+    """``command`` with every numeric option checked first: NaN and ±inf refused by name, integers within int64.
+
+    Typer hands a verb ``float("nan")`` for ``--flag nan`` and a check written ``x < 0`` lets it through, so the one
+    check lives here, around every verb, and each verb's own bounds come after it.
+    """
+    signature = inspect.signature(command, eval_str=True)
+    numeric = {}
+    for name, parameter in signature.parameters.items():
+        kind = _numeric(parameter.annotation)
+        if kind is not None:
+            numeric[name] = (_flag_of(parameter), kind)
+
+    @functools.wraps(command)
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        for name, (flag, kind) in numeric.items():
+            value = kwargs.get(name)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                check_number(
+                    value, flag, minimum=-INT_MAX if kind is int else None, maximum=INT_MAX if kind is int else None
+                )
+        return command(*args, **kwargs)
+
+    return checked
