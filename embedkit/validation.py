@@ -108,17 +108,16 @@ def check_text(value: Any, path: str | Path | None, line: int | None, field: str
 
 
 def check_sequence(values: Any, field: str) -> Sequence[Any]:
-    """A list or tuple; a bare string is refused (not read as one item per character), and so is a mapping or a
-    set (read as its keys, in an order nobody chose)."""
+    """A sized, indexable collection (a list, a tuple, a ``datasets.Dataset``, a 1-d array); a bare string is
+    refused (not read as one item per character), and so is a mapping or a set (read as its keys, in an order nobody
+    chose) or a one-shot iterator."""
     if isinstance(values, (str, bytes)):
         raise EmbedkitError(f"must be a list, not a single {type(values).__name__} (wrap it: [text])", field=field)
-    if isinstance(values, (list, tuple)):
-        return values
-    if isinstance(values, Sequence) and not isinstance(values, Mapping):
-        return values
-    if getattr(values, "ndim", None) == 1 and hasattr(values, "tolist"):  # a 1-d numpy array or pandas Series
-        return values.tolist()
-    raise EmbedkitError(f"must be a list, not {type(values).__name__}", field=field)
+    if isinstance(values, (Mapping, set, frozenset)) or not (
+        hasattr(values, "__len__") and hasattr(values, "__getitem__")
+    ):
+        raise EmbedkitError(f"must be a list, not {type(values).__name__}", field=field)
+    return values
 
 
 def check_texts(values: Any, field: str) -> list[str]:
