@@ -1,5 +1,6 @@
-"""Every numeric option of index, search, evaluate, mine, train and serve, given NaN, ±inf, 0, negative and huge
-values through the real entry point: none exits 0 with a NaN in an output, none crashes natively, none hangs.
+"""Every numeric option of encode, index, search, evaluate, mine, train, pretrain and serve, given NaN, ±inf, 0,
+negative and huge values through the real entry point: none exits 0 with a NaN in an output, none crashes natively,
+none hangs.
 
 The options are read from the verbs' signatures (so a new option is covered the day it is added). Each run is a
 child forked from a warm process (``cli_zygote.py``), bounded in time; a refusal must be exit 2 with one line and no
@@ -29,7 +30,7 @@ from test_bad_input import _env
 import embedkit.cli as cli
 from embedkit.cli.options import _flag_of, _numeric
 
-VERBS = ("index", "search", "evaluate", "mine", "train", "serve")
+VERBS = ("encode", "index", "search", "evaluate", "mine", "train", "pretrain", "serve")
 SPECIAL = ("nan", "inf", "-inf", "0", "-1", "4611686018427387904", "1e300", str(10**30))
 NAN = re.compile(r"\b(NaN|-?Infinity|nan|-?inf)\b")
 JSON_NAN = re.compile(r"[:\[,]\s*-?(NaN|Infinity)\b")  # a value, not a key (a vocabulary holds the word "nan")
@@ -89,6 +90,7 @@ def world(tmp_path_factory, scifact):
 def base(verb: str, world: dict, out: str) -> list[str]:
     cut, work = str(world["cut"]), world["work"]
     return {
+        "encode": ["encode", "-d", cut, "-o", out],
         "index": ["index", "-e", str(work / "emb"), "-o", out],
         "search": ["search", "-i", str(work / "idx"), "-d", cut, "--split", "test", "-o", out + ".trec"],
         "evaluate": ["evaluate", "-d", cut, "-o", out],
@@ -96,6 +98,9 @@ def base(verb: str, world: dict, out: str) -> list[str]:
         "train": [
             *("train", "-d", cut, "--train-split", "test", "-o", out),
             *("--max-steps", "1", "--batch-size", "4", "--max-length", "32"),
+        ],
+        "pretrain": [
+            *("pretrain", "-d", cut, "-o", out, "--max-steps", "1", "--batch-size", "4", "--max-length", "32"),
         ],
         "serve": ["serve", "-i", str(work / "idx"), "-d", cut],
     }[verb]
