@@ -270,11 +270,11 @@ def replace_folder(
             yield new
             commit_folder(new, path)
         except BaseException as err:
-            written = tree_bytes(new) if is_disk_full(err) else 0
+            full = is_disk_full(err)
+            written = tree_bytes(new) if full else 0  # what the new folder held when the disk filled
             shutil.rmtree(new, ignore_errors=True)
-            if written or (is_disk_full(err) and not isinstance(err, DiskFull)):
-                needed = written + getattr(err, "needed", 0)
-                raise DiskFull(path, needed, exact=False) from None
+            if full:  # named at the output the user asked for, with what the whole new folder needs
+                raise DiskFull(path, written + getattr(err, "needed", 0), exact=False) from None
             raise
         note_in_place(path, folder=True)
 

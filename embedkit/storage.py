@@ -81,8 +81,8 @@ class DiskFull(EmbedkitError):
     def __init__(self, path: Path, needed: int, exact: bool) -> None:
         self.needed = needed
         free = free_bytes(path.parent)
-        need = f"{'' if exact else 'more than '}{human_bytes(needed)}"
-        super().__init__(f"no space left on device: writing it needs {need}, {human_bytes(free)} free", path=path)
+        need = f"{'' if exact else 'more than '}{format_size(needed)}"
+        super().__init__(f"no space left on device: writing it needs {need}, {format_size(free)} free", path=path)
 
 
 def is_disk_full(err: BaseException) -> bool:
@@ -115,12 +115,12 @@ def tree_bytes(path: Path) -> int:
     return total
 
 
-def human_bytes(count: int) -> str:
-    for unit in ("bytes", "KiB", "MiB", "GiB"):
-        if count < 1024 or unit == "GiB":
-            return f"{count} {unit}" if unit == "bytes" else f"{count:.1f} {unit}"
-        count /= 1024
-    return f"{count:.1f} TiB"  # pragma: no cover
+def format_size(size: float) -> str:
+    """Bytes as people read them (``36.00 KiB``), for messages about disk and memory."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(size) >= scale:
+            return f"{size / scale:.2f} {unit}"
+    return f"{int(size)} B"
 
 
 @contextlib.contextmanager

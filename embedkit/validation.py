@@ -14,6 +14,7 @@ server answers a 4xx naming the field.
 from __future__ import annotations
 
 import math
+import numbers
 import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -48,6 +49,29 @@ def check_number(
     if maximum is not None and value > maximum:
         raise EmbedkitError(f"must be at most {maximum}, not {value}", path=path, line=line, field=field)
     return value
+
+
+def check_whole(
+    value: Any,
+    field: str,
+    *,
+    minimum: int | None = None,
+    maximum: int | None = None,
+    path: str | Path | None = None,
+    line: int | None = None,
+) -> int | None:
+    """``value`` as an ``int`` when it is a whole number within bounds (``None`` passes: not given). NaN and ±inf are
+    named, ``2.5``, ``True`` and ``"3"`` refused; ``3.0`` and numpy integers are read as the whole number they are."""
+    if value is None:
+        return None
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        value = int(value)
+    elif isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value):
+        value = int(value) if float(value).is_integer() else value
+    if isinstance(value, bool) or not isinstance(value, int):
+        check_number(value, field, path=path, line=line)  # names NaN, infinity and what is not a number
+        raise EmbedkitError(f"must be a whole number, not {value!r}", path=path, line=line, field=field)
+    return check_number(value, field, minimum=minimum, maximum=maximum, path=path, line=line)
 
 
 def check_id(value: Any, path: str | Path | None, line: int | None, field: str, *, allow_int: bool = True) -> str:

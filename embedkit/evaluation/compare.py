@@ -13,7 +13,7 @@ import numpy as np
 from embedkit.errors import EmbedkitError
 from embedkit.evaluation.significance import paired_test
 from embedkit.storage import read_json
-from embedkit.validation import check_number
+from embedkit.validation import check_whole
 
 DEFAULT_METRICS = ("ndcg_at_10", "recall_at_100", "mrr_at_10")
 # Above this the tests take minutes per metric and tell nothing more (the p-value's resolution is 1/resamples).
@@ -110,10 +110,8 @@ def compare_runs(
 ) -> dict[str, Any]:
     """Compare every run with the first (the baseline) on the queries all runs scored."""
     for name, value, low, high in (("resamples", resamples, 1, MAX_RESAMPLES), ("seed", seed, 0, MAX_SEED)):
-        if check_number(value, name, minimum=low, maximum=high) != int(value):
-            raise EmbedkitError(f"must be a whole number, not {value}", field=name)
-    if check_number(top, "top", minimum=0) != int(top):
-        raise EmbedkitError(f"must be a whole number, not {top}", field="top")
+        check_whole(value, name, minimum=low, maximum=high)
+    check_whole(top, "top", minimum=0)
     if len(folders) < 2:
         raise EmbedkitError(f"compare needs at least two report folders, got {len(folders)}")
     runs = [load_run_folder(folder) for folder in folders]

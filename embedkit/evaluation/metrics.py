@@ -7,7 +7,7 @@ import pytrec_eval
 from embedkit.data.trec import ranked
 from embedkit.errors import EmbedkitError
 from embedkit.protocols import Qrels, Run
-from embedkit.validation import check_number, check_sequence
+from embedkit.validation import check_sequence, check_whole
 
 # pytrec_eval measure -> (cut-offs, MTEB key prefix)
 MEASURES = {
@@ -30,9 +30,7 @@ def check_cutoffs(cutoffs: object, field: str = "cutoffs") -> tuple[int, ...]:
     """Metric cut-offs as whole numbers in [1, MAX_CUTOFF], checked before pytrec_eval sees them."""
     checked = []
     for i, cutoff in enumerate(check_sequence(cutoffs, field)):
-        if check_number(cutoff, f"{field}[{i}]", minimum=1, maximum=MAX_CUTOFF) != int(cutoff):
-            raise EmbedkitError(f"must be a whole number, not {cutoff}", field=f"{field}[{i}]")
-        checked.append(int(cutoff))
+        checked.append(check_whole(cutoff, f"{field}[{i}]", minimum=1, maximum=MAX_CUTOFF))
     if not checked:
         raise EmbedkitError("give at least one cut-off", field=field)
     return tuple(checked)

@@ -27,7 +27,7 @@ from embedkit.search.dense import DenseRetrieval
 from embedkit.search.fusion import fuse
 from embedkit.search.retriever import BM25, Dense, Hybrid, Retriever, bm25_part, dense_part, retriever_of, to_dict
 from embedkit.storage import sha256_json
-from embedkit.validation import check_number
+from embedkit.validation import check_whole
 
 HARNESSES = ("embedkit", "mteb")
 
@@ -103,8 +103,9 @@ def evaluate(
     """
     options = options or EvaluateOptions()
     spec = retriever_of(retriever)
-    if check_number(k, "k", minimum=1) != int(k):
-        raise EmbedkitError(f"must be a whole number >= 1, not {k}", field="k")
+    if k is None:
+        raise EmbedkitError("must be a whole number >= 1, not None", field="k")
+    check_whole(k, "k", minimum=1)
     if options.harness not in HARNESSES:
         raise EmbedkitError(f"unknown harness '{options.harness}' (choose from embedkit, mteb)", field="harness")
     if options.harness == "mteb" and not isinstance(spec, Dense):

@@ -40,13 +40,6 @@ def parse_size(text: str, flag: str = "--max-memory") -> int:
     return size
 
 
-def format_size(size: float) -> str:
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if abs(size) >= scale:
-            return f"{size / scale:.2f} {unit}"
-    return f"{int(size)} B"
-
-
 @dataclass(frozen=True)
 class Candidate:
     """A factory string and its predicted memory: ``fixed`` bytes (centroids, rotations, tables) plus ``per_vector``

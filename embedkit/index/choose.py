@@ -17,13 +17,14 @@ import numpy as np
 
 from embedkit.data.beir import load_dataset
 from embedkit.errors import EmbedkitError
-from embedkit.index.budget import Candidate, format_size, plan_candidates
+from embedkit.index.budget import Candidate, plan_candidates
 from embedkit.index.faiss_helpers import BuildSettings, check_model_settings, to_cpu
 from embedkit.index.faiss_index import Index
 from embedkit.index.rescore import exact_search
 from embedkit.index.tune import Target, measure_curve, measure_point
 from embedkit.index.vectors import Vectors
 from embedkit.models.loading import load_model_from_settings
+from embedkit.storage import format_size
 
 # A run (query id -> doc id -> score) to its nDCG@10 on the tuning queries' qrels; given by a caller that can
 # import the evaluation stage (the index stage may not).

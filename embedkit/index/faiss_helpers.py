@@ -14,11 +14,11 @@ from typing import Any
 import faiss
 import numpy as np
 
+from embedkit import validation
 from embedkit.environment import library_versions
 from embedkit.errors import EmbedkitError
 from embedkit.index.factory_check import check_factory
 from embedkit.index.vectors import finite_matrix
-from embedkit.validation import check_number
 
 logger = logging.getLogger(__name__)
 
@@ -165,17 +165,7 @@ def check_whole(value: Any, field: str, minimum: int, maximum: int | None = MAX_
     """A whole number >= ``minimum`` (``None`` passes: not given); NaN, infinity, 2.5, True and '3' are refused."""
     if value is None and field in REQUIRED_WHOLE:
         raise EmbedkitError(f"must be a whole number >= {minimum}, not None", field=field)
-    if value is None:
-        return None
-    if isinstance(value, (float, np.floating)) and np.isfinite(value) and float(value).is_integer():
-        value = int(value)
-    if isinstance(value, np.integer):
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int):
-        check_number(value, field)  # names NaN and infinity
-        raise EmbedkitError(f"must be a whole number >= {minimum}, not {value!r}", field=field)
-    check_number(value, field, minimum=minimum, maximum=maximum)
-    return value
+    return validation.check_whole(value, field, minimum=minimum, maximum=maximum)
 
 
 def check_rescore(rescore: Any) -> int:

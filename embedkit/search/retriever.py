@@ -12,7 +12,7 @@ from typing import Any, ClassVar, Union
 
 from embedkit.errors import EmbedkitError
 from embedkit.settings_file import build
-from embedkit.validation import check_number
+from embedkit.validation import check_number, check_whole
 
 FUSIONS = ("rrf", "interpolation")
 # Upper bounds where a larger value could only exhaust memory or lose precision, far above any useful setting:
@@ -28,12 +28,6 @@ BM25_BACKENDS = ("bm25s", "pyserini")
 def _choose(value: str, choices: tuple[str, ...], name: str) -> None:
     if value not in choices:
         raise EmbedkitError(f"unknown value '{value}' (choose from {', '.join(choices)})", field=name)
-
-
-def _whole(value: object, name: str, minimum: int, maximum: int | None = None) -> None:
-    """A whole number in range (``None`` passes): finite, and not 2.5 where a count is meant."""
-    if check_number(value, name, minimum=minimum, maximum=maximum) != (None if value is None else int(value)):
-        raise EmbedkitError(f"must be a whole number, not {value}", field=name)
 
 
 @dataclass(frozen=True)
@@ -52,7 +46,7 @@ class Dense:
         _choose(self.metric, ("ip", "l2"), "metric")
         check_factory(self.factory, metric=self.metric)  # the string alone: one line before any encoding
         for name in ("nprobe", "ef_search"):
-            _whole(getattr(self, name), name, 1, MAX_SEARCH_PARAM)
+            check_whole(getattr(self, name), name, minimum=1, maximum=MAX_SEARCH_PARAM)
         return self
 
 
@@ -90,8 +84,8 @@ class Fusion:
                 check_number(weight, f"weights[{i}]", minimum=0, maximum=MAX_FUSION_WEIGHT)
             if len(self.weights) != 2 or sum(self.weights) == 0:
                 raise EmbedkitError(f"give two weights >= 0 for dense, bm25, not {self.weights}", field="weights")
-        _whole(self.depth, "depth", 1)
-        _whole(self.rrf_k, "rrf_k", 0, MAX_RRF_K)
+        check_whole(self.depth, "depth", minimum=1)
+        check_whole(self.rrf_k, "rrf_k", minimum=0, maximum=MAX_RRF_K)
         return self
 
 

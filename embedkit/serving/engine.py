@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from embedkit.errors import EmbedkitError
-from embedkit.validation import check_number, check_texts
+from embedkit.validation import check_texts, check_whole
 
 if TYPE_CHECKING:
     from embedkit.data.beir import BeirDataset
@@ -88,8 +88,7 @@ class Engine:
         """
         texts = check_texts([text for request_texts, _ in work for text in request_texts], "texts")
         for _, k in work:
-            if k is not None and not isinstance(check_number(k, "k", minimum=1), int):
-                raise EmbedkitError(f"must be a whole number, not {k!r}", field="k")
+            check_whole(k, "k", minimum=1)
         vectors = self.model.encode_queries(texts, show_progress=False)
         bounds = np.cumsum([0] + [len(request_texts) for request_texts, _ in work])
         results: list[Any] = [None] * len(work)

@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 
 from embedkit.errors import EmbedkitError
-from embedkit.validation import check_number
+from embedkit.validation import check_number, check_whole
 
 MAX_REQUEST_BYTES = 1 << 30
 _UNITS = {"": 1, "b": 1, "kb": 1000, "kib": 1 << 10, "mb": 1000**2, "mib": 1 << 20, "gb": 1000**3, "gib": 1 << 30}
@@ -70,10 +70,10 @@ class ServeSettings:
         if not isinstance(self.host, str) or not self.host:
             raise EmbedkitError("must not be empty", field="--host")
         for flag, name, minimum, maximum, integer in BOUNDS:
-            value = check_number(getattr(self, name), flag)  # NaN and ±inf refused by name
-            if value is None or (integer and not isinstance(value, int)):
-                raise EmbedkitError(f"must be a whole number, not {value!r}", field=flag)
-            check_number(value, flag, minimum=minimum, maximum=maximum)
+            value = getattr(self, name)
+            if value is None:
+                raise EmbedkitError("must be given", field=flag)
+            (check_whole if integer else check_number)(value, flag, minimum=minimum, maximum=maximum)
         return self
 
     @property
