@@ -1,6 +1,7 @@
 """Fine-tune the default model on SciFact train with mined hard negatives, one recipe at a time, chosen on a dev split.
 
     python benchmarks/finetune_scifact.py --recipe baseline --recipe negatives-4 ... [--output runs/finetune]
+    python benchmarks/finetune_scifact.py --merge epochs-6-dev   # its WiSE-FT merge and checkpoint soups
     python benchmarks/finetune_scifact.py --table          # the table of every finished recipe, and the choice
 
 SciFact has no dev split, so 10 % of its train queries (seeded) become one: the script writes a BEIR folder whose
@@ -21,6 +22,20 @@ chosen recipe's test score is from the best test score: the price of honest sele
 - ``teacher-filtered``: 4 negatives less those the cross-encoder (``--teacher``) scores above 0.95 of the positive;
 - ``distill``: KL to the cross-encoder's scores over the positive and 4 negatives (teacher temperature 1);
 - ``matryoshka``: the baseline with the loss summed over 384/256/128/64 dimensions.
+
+Every model is also scored on the six classic collections (``TRANSFER``, test split, ``embedkit.evaluate`` at the
+same 256 tokens in float32): its transfer, on text it never trained on. ``epochs-6-dev`` records a transfer curve
+(bf16, 128 tokens, each epoch) and keeps its checkpoints. ``--merge RECIPE`` then builds, all chosen on dev (bf16,
+128 tokens, as the training dev curve), never on test or transfer:
+
+- ``RECIPE+wise-ft``: ``embedkit merge --alpha auto`` of the base model and the recipe's model (alpha on 0, 0.1 ... 1:
+  the smallest whose dev nDCG@10 is within 0.005 of the best);
+- ``RECIPE+soup``: the uniform average of the last k kept checkpoints, k in 2..6 best on dev (ties: the smaller k);
+- ``RECIPE+soup+wise-ft``: that soup merged with the base model by the same alpha rule.
+
+Criteria, fixed before the merged arms ran. Primary arm: ``epochs-6-dev+wise-ft``. Moonshot: SciFact test nDCG@10 >=
+0.71 with a transfer mean at or above the base model's. A merge *restores transfer* when its transfer mean is at least
+0.005 above its unmerged model's while its SciFact test nDCG@10 is at most 0.010 below it.
 """
 
 from __future__ import annotations
@@ -37,11 +52,13 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import numpy as np
 
-from embedkit import compute_metrics, load_dataset, load_model
+from embedkit import EvaluateOptions, compute_metrics, evaluate, load_dataset, load_model
 from embedkit.search import Dense, DenseRetrieval
 from embedkit.train import MiningSettings, TrainConfig, mine_hard_negatives, train, write_mined
 
-SCIFACT = Path(__file__).resolve().parents[2] / "shared" / "data" / "beir" / "scifact"
+BEIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "beir"
+SCIFACT = BEIR / "scifact"
+TRANSFER = ("cacm", "cisi", "cranfield", "lisa", "medline", "npl")
 DEV_FRACTION, DEV_SEED = 0.1, 0
 
 
@@ -64,7 +81,11 @@ RECIPES = {
     "negatives-4": Recipe(negatives=4, mini_batch_size=16),
     "batch-128": Recipe(batch_size=128, mini_batch_size=32, learning_rate=6e-5),
     "epochs-dev": Recipe(epochs=3, dev_every=1.0),
-    "epochs-6-dev": Recipe(epochs=6, dev_every=1.0),
+    "epochs-6-dev": Recipe(
+        epochs=6,
+        dev_every=1.0,
+        extra={"transfer_datasets": [str(BEIR / name) for name in TRANSFER], "keep_checkpoints": True},
+    ),
     "hybrid-6-dev": Recipe(epochs=6, dev_every=1.0, data="hybrid"),
     "teacher-filtered": Recipe(negatives=4, mini_batch_size=16, data="filtered"),
     "distill": Recipe(negatives=4, mini_batch_size=16, loss="distill", data="scored"),
@@ -104,15 +125,63 @@ def teacher_files(output: Path, mined: Path, teacher: str) -> dict[str, Path]:
     return paths
 
 
-def score(model, data, cache: Path) -> dict[str, float]:
-    """nDCG@10 and recall@100 on dev and test, both searched in one encode of the corpus (256 tokens, float32)."""
+def score(model, data, cache: Path, reports: Path, name: str) -> dict[str, float]:
+    """nDCG@10 and recall@100 on dev and test, both searched in one encode of the corpus (256 tokens, float32); the
+    test report kept for ``embedkit compare``; nDCG@10 on each transfer collection and their mean."""
     retrieval = DenseRetrieval(model, Dense(), cache)
     scores = {}
     for split in ("dev", "test"):
         run = retrieval.search(data, data.split_queries(split), 100)
         metrics = compute_metrics(data.qrels(split), run)[0]
         scores |= {f"{split}_ndcg_at_10": metrics["ndcg_at_10"], f"{split}_recall_at_100": metrics["recall_at_100"]}
-    return scores
+    report = evaluate(
+        model, data, "test", output=reports / name, cache_dir=cache, options=EvaluateOptions(overwrite=True)
+    )
+    transfer = {c: evaluate(model, BEIR / c, "test", cache_dir=cache)["metrics"]["ndcg_at_10"] for c in TRANSFER}
+    return {
+        **scores,
+        "test_report": report["folder"],
+        "transfer": {**transfer, "mean": float(np.mean(list(transfer.values())))},
+    }
+
+
+def merged_arms(recipe: str, output: Path, folder: Path, cache: Path) -> dict[str, dict]:
+    """WiSE-FT of the recipe's model, the best soup of its kept checkpoints, and that soup's WiSE-FT; chosen on dev."""
+    from embedkit.models.reference import default_model_path
+    from embedkit.train import MergeSettings, merge_models
+    from embedkit.train.merge import average, state_of
+    from embedkit.training.evaluator import RetrievalEvaluator
+
+    tuned = output / "models" / recipe
+    kept = sorted((tuned / "checkpoints").glob("checkpoint-*"), key=lambda p: int(p.name.rsplit("-", 1)[1]))
+    dev = RetrievalEvaluator(load_dataset(folder), "dev", dtype="bfloat16")
+    network = load_model(kept[-1]).st
+    soup_dev = {}
+    for k in range(2, len(kept) + 1):
+        network.load_state_dict(average([state_of(load_model(path).st) for path in kept[-k:]]))
+        soup_dev[k] = dev.score(network)["ndcg_at_10"]
+    k = min(size for size, value in soup_dev.items() if value == max(soup_dev.values()))
+    soup = tuple(str(path) for path in kept[-k:])
+    base, arms = str(default_model_path()), {}
+    made = {
+        f"{recipe}+wise-ft": MergeSettings((str(tuned),), base, "auto", str(folder), "dev", "bfloat16"),
+        f"{recipe}+soup": MergeSettings(soup),
+        f"{recipe}+soup+wise-ft": MergeSettings(soup, base, "auto", str(folder), "dev", "bfloat16"),
+    }
+    for name, settings in made.items():
+        start = time.perf_counter()
+        model = merge_models(settings, output / "models" / name, overwrite=True)
+        record = json.loads((model / "embedkit_merge.json").read_text())
+        arms[name] = {
+            "alpha": record["alpha"],
+            "alpha_dev_scores": record["dev_scores"],
+            "soup_checkpoints": [Path(p).name for p in soup] if "soup" in name else None,
+            "soup_dev_scores": soup_dev if "soup" in name else None,
+            "merge_s": round(time.perf_counter() - start, 1),
+            **score(load_model(model, max_length=256), load_dataset(folder), cache, output / "reports", name),
+        }
+        print(name, {key: arms[name][key] for key in ("alpha", "dev_ndcg_at_10", "test_ndcg_at_10")}, flush=True)
+    return arms
 
 
 def run_recipe(name: str, output: Path, folder: Path, files: dict[str, Path], cache: Path) -> dict:
@@ -145,7 +214,7 @@ def run_recipe(name: str, output: Path, folder: Path, files: dict[str, Path], ca
     trained = train(config)
     train_s = time.perf_counter() - start
     record = json.loads((trained / "embedkit_training.json").read_text())
-    scores = score(load_model(trained, max_length=256), load_dataset(folder), cache)
+    scores = score(load_model(trained, max_length=256), load_dataset(folder), cache, output / "reports", name)
     return {
         **scores,
         "recipe": recipe.__dict__,
@@ -155,6 +224,7 @@ def run_recipe(name: str, output: Path, folder: Path, files: dict[str, Path], ca
         "eval_s": round(time.perf_counter() - start - train_s, 1),
         "dev_curve": record["dev_curve"],
         "best_checkpoint": record["best_checkpoint"],
+        "transfer_curve": record["transfer"],
     }
 
 
@@ -189,6 +259,7 @@ def main() -> None:
     parser.add_argument("--output", default="runs/finetune")
     parser.add_argument("--recipe", action="append", choices=sorted(RECIPES), default=[])
     parser.add_argument("--teacher", help="cross-encoder folder (e.g. from benchmarks/rerank_scifact.py)")
+    parser.add_argument("--merge", action="append", choices=["epochs-6-dev"], default=[])
     parser.add_argument("--table", action="store_true")
     args = parser.parse_args()
     output = Path(args.output)
@@ -210,7 +281,7 @@ def main() -> None:
         write_mined(files[key], mine_hard_negatives(base, data, settings, cache_dir=cache), base, data, settings, True)
         results[step] = {"seconds": round(time.perf_counter() - start, 1)}
         if key == "mined":
-            results["base"] = score(base, data, cache)
+            results["base"] = score(load_model(max_length=256), data, cache, output / "reports", "base")
         path.write_text(json.dumps(results, indent=2))
     if any(RECIPES[name].data in ("filtered", "scored") for name in args.recipe):
         if not args.teacher:
@@ -221,6 +292,10 @@ def main() -> None:
             results[name] = run_recipe(name, output, folder, files, cache)
             path.write_text(json.dumps(results, indent=2))
             print(name, {k: v for k, v in results[name].items() if k.endswith("ndcg_at_10")}, flush=True)
+    for recipe in args.merge:
+        if f"{recipe}+wise-ft" not in results:
+            results |= merged_arms(recipe, output, folder, cache)
+            path.write_text(json.dumps(results, indent=2))
     print(table(results))
 
 

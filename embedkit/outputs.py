@@ -46,6 +46,7 @@ MARKER_FILES = (
     "embedkit_pretraining.json",
     "reproduce.json",
     "embedkit_static.json",
+    "embedkit_merge.json",
 )
 # The outputs each thread holds the lock of (re-entrancy is per thread, never per process).
 _held = threading.local()

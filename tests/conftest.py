@@ -17,6 +17,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SCIFACT = (REPO.parent / "shared" / "data" / "beir" / "scifact").resolve()
+SHARED_BEIR = SCIFACT.parent  # the six classic collections beside SciFact
 # Survives between local runs (gitignored); a clean clone encodes SciFact once per session.
 TEST_CACHE = REPO / ".cache" / "embeddings"
 # EMBEDKIT_CACHE of the backend tests: the default model's ONNX and OpenVINO exports survive between local runs too.

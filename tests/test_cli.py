@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 CLI = [sys.executable, "-c", "from embedkit.cli import main; main()"]
-VERBS = ("encode", "index", "search", "evaluate", "rerank", "mine", "rescore", "train")
+VERBS = ("encode", "index", "search", "evaluate", "rerank", "mine", "rescore", "train", "merge")
 
 
 def embedkit(*args: str) -> subprocess.CompletedProcess:

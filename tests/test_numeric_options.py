@@ -1,4 +1,4 @@
-"""Every numeric option of encode, index, search, evaluate, mine, train, pretrain and serve, given NaN, ±inf, 0,
+"""Every numeric option of encode, index, search, evaluate, mine, train, merge, pretrain and serve, given NaN, ±inf, 0,
 negative and huge values through the real entry point: none exits 0 with a NaN in an output, none crashes natively,
 none hangs.
 
@@ -29,8 +29,9 @@ from test_bad_input import _env
 
 import embedkit.cli as cli
 from embedkit.cli.options import _flag_of, _numeric
+from embedkit.models.reference import default_model_path
 
-VERBS = ("encode", "index", "search", "evaluate", "mine", "train", "pretrain", "serve")
+VERBS = ("encode", "index", "search", "evaluate", "mine", "train", "merge", "pretrain", "serve")
 SPECIAL = ("nan", "inf", "-inf", "0", "-1", "4611686018427387904", "1e300", str(10**30))
 NAN = re.compile(r"\b(NaN|-?Infinity|nan|-?inf)\b")
 JSON_NAN = re.compile(r"[:\[,]\s*-?(NaN|Infinity)\b")  # a value, not a key (a vocabulary holds the word "nan")
@@ -101,6 +102,10 @@ def base(verb: str, world: dict, out: str) -> list[str]:
         ],
         "pretrain": [
             *("pretrain", "-d", cut, "-o", out, "--max-steps", "1", "--batch-size", "4", "--max-length", "32"),
+        ],
+        "merge": [
+            *("merge", "--base", str(default_model_path()), "--tuned", str(default_model_path()), "-o", out),
+            *("--alpha", "auto", "--dev-dataset", cut, "--dev-split", "test"),
         ],
         "serve": ["serve", "-i", str(work / "idx"), "-d", cut],
     }[verb]

@@ -190,10 +190,19 @@ def test_pretraining_evaluates_the_encoder_on_a_dev_set(tiny_bert, scifact_subse
         dev_dataset=str(scifact_subset),
         dev_split="test",
         eval_steps=2,
+        transfer_datasets=[str(scifact_subset)],
+        transfer_split="test",
     )
     pretrain(config)
     curve = pretraining_record(output)["dev_curve"]
     assert [row["step"] for row in curve] == [2, 4]
+    # watched as a transfer collection too, the same split scores the same at each step, and the final weights are
+    # the last step's; the base (random) encoder was scored before the first step
+    transfer, name = pretraining_record(output)["transfer"], scifact_subset.name
+    assert [row["step"] for row in transfer["curve"]] == [2, 4]
+    assert [row[name] for row in transfer["curve"]] == [row["ndcg_at_10"] for row in curve]
+    assert transfer["final"][name] == curve[-1]["ndcg_at_10"] and set(transfer["base"]) == {name, "mean"}
+    assert f"| {name} | {transfer['base'][name]:.4f} | {transfer['final'][name]:.4f} |" in (output / "README.md").read_text()
     # the curve's last point scored the weights that were saved: the same evaluator on them gives the same metrics
     evaluator = RetrievalEvaluator.of(str(scifact_subset), "test", None)
     saved = EncoderEvaluation(

@@ -45,6 +45,7 @@ def _register() -> None:
         encode,
         evaluate,
         index,
+        merge,
         mine,
         pretrain,
         reproduce,
@@ -56,7 +57,7 @@ def _register() -> None:
     )
 
     stages = (encode, index, search, rerank, evaluate, serve)
-    for module in (*stages, mine, rescore, train, pretrain, distill_static, compare, reproduce, cache):
+    for module in (*stages, mine, rescore, train, merge, pretrain, distill_static, compare, reproduce, cache):
         module.register(app)
     for group in [app, *(info.typer_instance for info in app.registered_groups)]:
         for command in group.registered_commands:

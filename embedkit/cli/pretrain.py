@@ -60,6 +60,8 @@ def pretrain(
     dev_dataset: run.DevDataset = None,
     dev_split: run.DevSplit = None,
     eval_steps: run.EvalSteps = None,
+    transfer_datasets: run.TransferDataset = None,
+    transfer_split: run.TransferSplit = None,
     save_steps: run.SaveSteps = None,
     logging_steps: run.LoggingSteps = None,
     resume: run.Resume = None,

@@ -29,7 +29,17 @@ DevDataset = Annotated[
     Optional[str], typer.Option(help="BEIR folder or name evaluated during training (nDCG@10 and more).")
 ]
 DevSplit = Annotated[Optional[str], typer.Option(help="Its qrels split. [default: dev]")]
-EvalSteps = Annotated[Optional[int], typer.Option(help="Evaluate on the dev set every N steps (default: save steps).")]
+EvalSteps = Annotated[
+    Optional[int], typer.Option(help="Evaluate on the dev and transfer sets every N steps (default: save steps).")
+]
+TransferDataset = Annotated[
+    Optional[list[str]],
+    typer.Option(
+        "--transfer-dataset",
+        help="BEIR folder or name never trained on, scored before, during and after training (repeatable).",
+    ),
+]
+TransferSplit = Annotated[Optional[str], typer.Option(help="The transfer collections' qrels split. [default: test]")]
 Resume = Annotated[
     Optional[bool],
     typer.Option(

@@ -55,11 +55,26 @@ def train(
     seed: run.Seed = None,
     precision: run.Precision = None,
     max_length: run.MaxLength = None,
+    soup_last: Annotated[
+        Optional[int], typer.Option(help="Save the uniform average of the last N checkpoints (a soup).")
+    ] = None,
+    keep_checkpoints: Annotated[
+        Optional[bool], typer.Option(help="Keep the checkpoints' weights in OUTPUT/checkpoints (for embedkit merge).")
+    ] = None,
+    merge_with_base: Annotated[
+        Optional[str],
+        typer.Option(
+            help="Interpolate the weights with the starting model: (1-a)*base + a*tuned for a in [0, 1], or auto "
+            "(the smallest a whose dev nDCG@10 is within 0.005 of the best on 0, 0.1, ..., 1)."
+        ),
+    ] = None,
     eval_dataset: Annotated[Optional[str], typer.Option(help="BEIR dataset evaluated after training.")] = None,
     eval_split: Annotated[Optional[str], typer.Option(help="Its split.")] = None,
     dev_dataset: run.DevDataset = None,
     dev_split: run.DevSplit = None,
     eval_steps: run.EvalSteps = None,
+    transfer_datasets: run.TransferDataset = None,
+    transfer_split: run.TransferSplit = None,
     save_steps: run.SaveSteps = None,
     logging_steps: run.LoggingSteps = None,
     resume: run.Resume = None,

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from embedkit.training.transfer import transfer_card_lines
+
 
 def _overlap(overlap: int | None) -> str:
     return "longer texts cut" if overlap is None else f"longer texts in windows overlapping by {overlap} tokens"
@@ -56,6 +58,7 @@ def card(record: dict[str, Any]) -> str:
         f"- wall time: {record['train_seconds']:.0f} s; {record['tokens_per_second']:.0f} tokens/s",
         f"- logged loss: first {_number(record['first_loss'])}, last {_number(record['last_loss'])}",
         *_dev_lines(record.get("dev_curve") or []),
+        *transfer_card_lines(record.get("transfer")),
         "",
         "| setting | value |",
         "| --- | --- |",

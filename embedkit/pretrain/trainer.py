@@ -46,6 +46,7 @@ from embedkit.training.run_folder import (
     partial_folder,
     prepare_run,
 )
+from embedkit.training.transfer import curve_of_histories, transfer_evaluators, transfer_record, transfer_scores
 
 RECORD = RECORDS[ENCODER_KIND]
 
@@ -211,14 +212,23 @@ def _pretrain_run(
     )
     if config.head_warmup_steps:
         trainer.add_callback(HeadWarmup(objective.encoder_parameters(), config.head_warmup_steps))
-    dev = None
+    dev, every = None, config.eval_steps or config.save_steps
     if config.dev_dataset:  # the encoder as it will be loaded (its sentence pooling), scored on a dev set as it trains
         evaluator = RetrievalEvaluator.of(config.dev_dataset, config.dev_split, config.data_dir)
-        every = config.eval_steps or config.save_steps
         dev = EncoderEvaluation(
             evaluator, objective.encoder, tokenizer, config.sentence_pooling, config.max_length, every, config.normalize
         )
         trainer.add_callback(dev)
+    watchers = [
+        EncoderEvaluation(
+            watch, objective.encoder, tokenizer, config.sentence_pooling, config.max_length, every, config.normalize
+        )
+        for watch in transfer_evaluators(config.transfer_datasets, config.transfer_split, config.data_dir)
+    ]
+    by_name = {watcher.evaluator.name: watcher for watcher in watchers}
+    base_transfer = transfer_scores([w.evaluator for w in watchers], lambda e: by_name[e.name].score())
+    for watcher in watchers:
+        trainer.add_callback(watcher)
     result = trainer.train(resume_from_checkpoint=run.resume_from)
     if not trainer.is_world_process_zero():
         return run.output
@@ -242,6 +252,14 @@ def _pretrain_run(
         "last_loss": history[-1]["loss"] if history else None,
         "loss_history": history,
         "dev_curve": [] if dev is None else dev.history,
+        "transfer": transfer_record(
+            config.transfer_split,
+            base_transfer,
+            curve_of_histories(watchers),
+            transfer_scores([w.evaluator for w in watchers], lambda e: by_name[e.name].score()),
+        )
+        if watchers
+        else None,
         "resumed_from": run.resume_from and Path(run.resume_from).name,
         "settings_changed_on_resume": run.changed_on_resume,
         "world_size": args.world_size,

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from embedkit.errors import EmbedkitError
 from embedkit.models.options import DTYPE_NAMES
-from embedkit.training.config import MAX_BATCH_SIZE, RunConfig
+from embedkit.training.config import MAX_BATCH_SIZE, MAX_STEPS, RunConfig
 from embedkit.validation import check_number
 
 OBJECTIVES = ("supervised", "simcse", "cropping", "cross-encoder")
@@ -38,10 +38,20 @@ class TrainConfig(RunConfig):
     pooling: str | None = None
     eval_dataset: str | None = None  # evaluated once after training
     eval_split: str = "test"
+    soup_last: int | None = None  # save the uniform average of the last N checkpoints
+    keep_checkpoints: bool = False  # keep the checkpoints' weights in OUTPUT/checkpoints (for soups and merges later)
+    merge_with_base: float | str | None = None  # interpolate with the starting model: alpha in [0, 1], or "auto"
 
     def __post_init__(self) -> None:
         if self.loss is None:
             self.loss = "bce" if self.objective == "cross-encoder" else "infonce"
+        if isinstance(self.merge_with_base, str) and self.merge_with_base != "auto":
+            try:
+                self.merge_with_base = float(self.merge_with_base)
+            except ValueError:
+                raise EmbedkitError(
+                    f"expected alpha in [0, 1] or auto, not {self.merge_with_base!r}", field="merge_with_base"
+                ) from None
 
     @property
     def has_dev_set(self) -> bool:
@@ -85,3 +95,16 @@ class TrainConfig(RunConfig):
         check_number(self.mini_batch_size, "mini_batch_size", minimum=1, maximum=MAX_BATCH_SIZE)
         for i, dim in enumerate(self.matryoshka_dims):
             check_number(dim, f"matryoshka_dims[{i}]", minimum=1, maximum=MAX_DIM)
+        self._check_weights()
+
+    def _check_weights(self) -> None:
+        """Transfer, soups and merges: bi-encoder settings; an automatic alpha is chosen on the dev set."""
+        for name in ("transfer_datasets", "soup_last", "merge_with_base"):
+            if self.cross_encoder and getattr(self, name):
+                raise EmbedkitError("a bi-encoder setting; not for the cross-encoder objective", field=name)
+        check_number(self.soup_last, "soup_last", minimum=2, maximum=MAX_STEPS)
+        if self.merge_with_base == "auto" and not self.has_dev_set:
+            raise EmbedkitError("auto chooses alpha on a dev set: give --dev-dataset or --dev-fraction",
+                                field="merge_with_base")  # fmt: skip
+        if self.merge_with_base != "auto":
+            check_number(self.merge_with_base, "merge_with_base", minimum=0, maximum=1)

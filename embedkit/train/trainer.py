@@ -10,6 +10,7 @@ from typing import Any
 
 import datasets
 from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
+from sentence_transformers.base.evaluation.sequential import SequentialEvaluator
 from sentence_transformers.base.sampler import BatchSamplers
 
 from embedkit.data.beir import load_dataset
@@ -17,6 +18,7 @@ from embedkit.environment import library_versions
 from embedkit.evaluation.pipeline import EvaluateOptions, evaluate
 from embedkit.models.loading import load_model
 from embedkit.storage import read_json, write_json, write_text
+from embedkit.train.card import card_section
 from embedkit.train.config import TrainConfig
 from embedkit.train.cross_encoder import (
     CrossEncoderTrainer,
@@ -28,6 +30,8 @@ from embedkit.train.cross_encoder import (
 )
 from embedkit.train.data import QUERY_ID, beir_pairs, carve_dev, load_jsonl_examples
 from embedkit.train.losses import build_loss
+from embedkit.train.merge import auto_alpha, interpolate, keep_checkpoints, soup_of_checkpoints, state_of
+from embedkit.train.merge_settings import ALPHA_RULE
 from embedkit.train.unsupervised import cropping_pairs, simcse_pairs
 from embedkit.training.arguments import shared_training_arguments
 from embedkit.training.evaluator import RerankEvaluator, RetrievalEvaluator
@@ -39,6 +43,7 @@ from embedkit.training.run_folder import (
     partial_folder,
     prepare_run,
 )
+from embedkit.training.transfer import transfer_curve, transfer_evaluators, transfer_record, transfer_scores
 
 RECORD = RECORDS[MODEL_KIND]
 RERANK_DEV_DEPTH = 30  # BM25 hits per dev query a cross-encoder reranks during training
@@ -61,37 +66,6 @@ def training_data(config: TrainConfig) -> datasets.Dataset:
     return cropping_pairs(dataset.corpus, config.corpus_limit, seed=config.seed)
 
 
-def card_section(record: dict[str, Any]) -> str:
-    config = record["config"]
-    rows = [f"| {k} | `{v!r}` |" for k, v in config.items()]
-    lines = [
-        "",
-        "## embedkit training",
-        "",
-        f"- objective: {config['objective']}; loss: {record['loss']}",
-        f"- data: {record['data']}",
-        f"- examples: {record['examples']}; steps: {record['steps']}; wall time: {record['train_seconds']:.0f} s",
-    ]
-    if record.get("evaluation"):
-        evaluation = record["evaluation"]
-        lines.append(
-            f"- evaluation: {evaluation['dataset']} ({evaluation['split']}) nDCG@10 = {evaluation['ndcg_at_10']:.4f}"
-        )
-    if record.get("dev_curve"):
-        best = record.get("best_checkpoint") or {}
-        queries = len(record["dev_queries"] or []) or "the dev set's"
-        lines += [
-            "",
-            f"Dev curve ({queries} queries; the weights saved are step {best.get('step')}'s, the best by nDCG@10):",
-            "",
-            "| step | dev nDCG@10 |",
-            "| --- | --- |",
-        ]
-        lines += [f"| {point['step']} | {point['ndcg_at_10']:.4f} |" for point in record["dev_curve"]]
-    lines += ["", "| setting | value |", "| --- | --- |", *rows, ""]
-    return "\n".join(lines)
-
-
 def dev_set_name(config: TrainConfig) -> str:
     """The dev evaluator's name, known before it is built (the Trainer's best-checkpoint metric is named by it)."""
     if config.dev_fraction:
@@ -105,12 +79,13 @@ def training_arguments(config: TrainConfig, checkpoints: Path) -> Any:
     """Trainer arguments; with a dev set it is evaluated every ``eval_steps`` (a checkpoint is saved at each) and
     the checkpoint best by dev nDCG@10 is the model saved."""
     arguments = shared_training_arguments(config, checkpoints)
-    if config.has_dev_set:
+    if config.has_dev_set or config.transfer_datasets:
         steps = config.eval_steps or config.save_steps
+        arguments |= {"eval_strategy": "steps", "eval_steps": steps, "save_steps": steps}
+    if config.soup_last:  # the best checkpoint is kept besides the last ones
+        arguments["save_total_limit"] = max(config.save_total_limit, config.soup_last + 1)
+    if config.has_dev_set:
         arguments |= {
-            "eval_strategy": "steps",
-            "eval_steps": steps,
-            "save_steps": steps,
             "load_best_model_at_end": True,
             "metric_for_best_model": f"eval_{dev_set_name(config)}_ndcg_at_10",
             "greater_is_better": True,
@@ -185,13 +160,25 @@ def _train_run(config: TrainConfig, run: TrainingRun, args: Any) -> Path:
         examples = examples.remove_columns(QUERY_ID)
     evaluator = _dev_evaluator(config, dev_ids)
     network, loss, rows, started = _model_and_loss(config, examples, args.world_size)
+    transfers = transfer_evaluators(config.transfer_datasets, config.transfer_split, config.data_dir, config.dev_dtype)
+    base_state = state_of(network) if config.merge_with_base is not None else None
+    base_transfer = transfer_scores(transfers, lambda watch: watch.score(network)) if transfers else None
+    watching = [watch for watch in (evaluator, *transfers) if watch is not None]
     trainer_class = CrossEncoderTrainer if config.cross_encoder else SentenceTransformerTrainer
-    trainer = trainer_class(model=network, args=args, train_dataset=rows, loss=loss, evaluator=evaluator)
+    trainer = trainer_class(
+        model=network,
+        args=args,
+        train_dataset=rows,
+        loss=loss,
+        evaluator=SequentialEvaluator(watching) if len(watching) > 1 else next(iter(watching), None),
+    )
     result = trainer.train(resume_from_checkpoint=run.resume_from)
     if not trainer.is_world_process_zero():
         return run.output
+    weights = final_weights(config, network, run, evaluator, base_state)
     staging = run.fresh_staging()
     network.save(str(staging))
+    kept = keep_checkpoints(run.checkpoints, staging / "checkpoints") if config.keep_checkpoints else None
     described = json.loads(examples.info.description or "{}")
     record: dict[str, Any] = {
         "format": f"embedkit.{MODEL_KIND}/1",
@@ -210,6 +197,16 @@ def _train_run(config: TrainConfig, run: TrainingRun, args: Any) -> Path:
         "loss_history": [row["loss"] for row in trainer.state.log_history if "loss" in row],
         "dev_curve": dev_curve(trainer.state.log_history, evaluator),
         "best_checkpoint": best_checkpoint(trainer.state) if evaluator is not None else None,
+        "weights": weights,
+        "checkpoints_kept": kept,
+        "transfer": transfer_record(
+            config.transfer_split,
+            base_transfer,
+            transfer_curve(trainer.state.log_history, transfers),
+            transfer_scores(transfers, lambda watch: watch.score(network)),
+        )
+        if transfers
+        else None,
         "resumed_from": run.resume_from and Path(run.resume_from).name,
         "settings_changed_on_resume": run.changed_on_resume,
         "world_size": args.world_size,
@@ -228,6 +225,27 @@ def _train_run(config: TrainConfig, run: TrainingRun, args: Any) -> Path:
     card = staging / "README.md"
     write_text(card, (card.read_text() if card.is_file() else f"# {run.output.name}\n") + card_section(record))
     return run.commit()
+
+
+def final_weights(
+    config: TrainConfig, network: Any, run: TrainingRun, dev: Any, base_state: dict | None
+) -> dict[str, Any] | None:
+    """Make the weights to save from the trained ones: the soup of the last checkpoints, then the interpolation with
+    the base model (``embedkit.train.merge``); None when the trained weights are saved as they are."""
+    if not (config.soup_last or config.merge_with_base is not None):
+        return None
+    weights: dict[str, Any] = {"soup_steps": None, "alpha": None, "alpha_rule": None, "dev_scores": None}
+    if config.soup_last:
+        weights["soup_steps"] = soup_of_checkpoints(network, run.checkpoints, config.soup_last)
+        if dev is not None:
+            weights["soup_dev_ndcg_at_10"] = dev.score(network)["ndcg_at_10"]
+    if config.merge_with_base == "auto":
+        alpha, scores = auto_alpha(network, base_state, state_of(network), dev)
+        weights |= {"alpha": alpha, "alpha_rule": ALPHA_RULE, "dev_scores": {str(a): s for a, s in scores.items()}}
+    elif config.merge_with_base is not None:
+        network.load_state_dict(interpolate(base_state, state_of(network), config.merge_with_base))
+        weights["alpha"] = config.merge_with_base
+    return weights
 
 
 def best_checkpoint(state: Any) -> dict[str, Any] | None:

@@ -6,7 +6,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -21,6 +22,23 @@ MAX_EPOCHS = 100_000
 MAX_LENGTH = 1_000_000
 MAX_SEED = 2**32 - 1  # numpy's legacy seeding, which the Trainer's set_seed uses, takes no more
 Config = TypeVar("Config", bound="RunConfig")
+
+
+def collection_name(dataset: str) -> str:
+    """The name a transfer collection is recorded under: a BEIR name, or a folder's last part."""
+    return Path(str(dataset).rstrip("/")).name
+
+
+def check_transfer(datasets: Sequence[Any], option: str = "transfer_datasets") -> None:
+    """Non-empty names, no collection twice (they are recorded by name)."""
+    seen: set[str] = set()
+    for i, dataset in enumerate(datasets):
+        if not isinstance(dataset, str) or not dataset.strip():
+            raise EmbedkitError(f"expected a BEIR dataset name or folder, not {dataset!r}", field=f"{option}[{i}]")
+        name = collection_name(dataset)
+        if name in seen:
+            raise EmbedkitError(f"two transfer collections are both named '{name}'", field=f"{option}[{i}]")
+        seen.add(name)
 
 
 @dataclass
@@ -46,6 +64,8 @@ class RunConfig:
     dev_dataset: str | None = None  # BEIR folder or name evaluated during training (nDCG@10 and more)
     dev_split: str = "dev"
     eval_steps: int | None = None  # evaluate on the dev set every N steps (default: save_steps)
+    transfer_datasets: list[str] = field(default_factory=list)  # BEIR collections watched, never trained on
+    transfer_split: str = "test"
     resume: bool | None = None  # None: resume an unfinished run only if its settings are these; True: resume anyway
     overwrite: bool = False  # replace an earlier output or unfinished run in OUTPUT
     data_dir: str | None = None
@@ -73,8 +93,11 @@ class RunConfig:
             raise EmbedkitError(f"must be in [0, 1), not {self.warmup_ratio}", field="warmup_ratio")
         check_number(self.weight_decay, "weight_decay", minimum=0, maximum=1.0)
         check_number(self.seed, "seed", minimum=0, maximum=MAX_SEED)
-        if self.eval_steps is not None and not self.has_dev_set:
-            raise EmbedkitError("evaluating during training needs a dev set (--dev-dataset)", field="eval_steps")
+        if self.eval_steps is not None and not (self.has_dev_set or self.transfer_datasets):
+            raise EmbedkitError(
+                "evaluating during training needs a dev set (--dev-dataset) or --transfer-dataset", field="eval_steps"
+            )
+        check_transfer(self.transfer_datasets)
 
     @property
     def has_dev_set(self) -> bool:

@@ -73,13 +73,18 @@ class RetrievalEvaluator(BaseEvaluator):
         means, _ = compute_metrics(self.qrels, run)
         return {name: means[name] for name in ("ndcg_at_10", "recall_at_100", "mrr_at_10", "map_at_100")}
 
-    def __call__(self, model: Any, output_path: str | None = None, epoch: int = -1, steps: int = -1) -> dict:
+    def score(self, model: Any) -> dict[str, float]:
+        """The metrics of a sentence-transformers model, unprefixed and kept out of its model card (a merge scores
+        many candidate weights; only the one kept belongs in the card)."""
         with torch.inference_mode(), autocast(str(model.device), effective_dtype(str(model.device), self.dtype)):
             run = self.run(
                 lambda texts: model.encode_query(texts, batch_size=self.batch_size, convert_to_numpy=True),
                 lambda texts: model.encode_document(texts, batch_size=self.batch_size, convert_to_numpy=True),
             )
-        metrics = self.prefix_name_to_metrics(self.metrics(run), self.name)
+        return self.metrics(run)
+
+    def __call__(self, model: Any, output_path: str | None = None, epoch: int = -1, steps: int = -1) -> dict:
+        metrics = self.prefix_name_to_metrics(self.score(model), self.name)
         self.store_metrics_in_model_card_data(model, metrics, epoch, steps)
         return metrics
 
@@ -145,14 +150,18 @@ class EncoderEvaluation(TrainerCallback):
             rows.append(pooled.float().cpu().numpy())
         return np.concatenate(rows)
 
-    def evaluate(self, step: int) -> dict[str, float]:
+    def score(self) -> dict[str, float]:
+        """The encoder's metrics as it is now (not added to the history)."""
         was_training = self.encoder.training
         self.encoder.eval()
         with torch.inference_mode():
             run = self.evaluator.run(self.embed, self.embed)
         if was_training:
             self.encoder.train()
-        metrics = {"step": step, **self.evaluator.metrics(run)}
+        return self.evaluator.metrics(run)
+
+    def evaluate(self, step: int) -> dict[str, float]:
+        metrics = {"step": step, **self.score()}
         self.history.append(metrics)
         return metrics
 
