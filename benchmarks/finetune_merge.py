@@ -61,15 +61,17 @@ def arms(results: dict, recipe: str) -> list[str]:
 
 
 def compare_arms(results: dict, recipe: str) -> dict:
-    """Each merged arm against the recipe's own model, and every arm against the base model, on SciFact test."""
+    """On SciFact test, paired: each merged arm against the model it was merged from (the recipe's model, or the
+    soup), and every arm against the base model."""
     names = arms(results, recipe)
-    against = {}
-    for baseline, others in ((recipe, names[1:]), ("base", names)):
-        report = compare_runs([results[baseline]["test_report"], *(results[name]["test_report"] for name in others)])
-        against[baseline] = {
-            name: {metric: test for metric, test in row["tests"].items()}
-            for name, row in zip(others, report["comparisons"], strict=True)
-        }
+    pairs = [(recipe, name) for name in names[1:] if name != f"{recipe}+soup+wise-ft"]
+    if f"{recipe}+soup+wise-ft" in names:
+        pairs.append((f"{recipe}+soup", f"{recipe}+soup+wise-ft"))
+    pairs += [("base", name) for name in names]
+    against: dict[str, dict] = {}
+    for baseline, name in pairs:
+        report = compare_runs([results[baseline]["test_report"], results[name]["test_report"]])
+        against.setdefault(baseline, {})[name] = report["comparisons"][0]["tests"]
     return against
 
 
