@@ -202,7 +202,8 @@ def test_pretraining_evaluates_the_encoder_on_a_dev_set(tiny_bert, scifact_subse
     assert [row["step"] for row in transfer["curve"]] == [2, 4]
     assert [row[name] for row in transfer["curve"]] == [row["ndcg_at_10"] for row in curve]
     assert transfer["final"][name] == curve[-1]["ndcg_at_10"] and set(transfer["base"]) == {name, "mean"}
-    assert f"| {name} | {transfer['base'][name]:.4f} | {transfer['final'][name]:.4f} |" in (output / "README.md").read_text()
+    card = (output / "README.md").read_text()
+    assert f"| {name} | {transfer['base'][name]:.4f} | {transfer['final'][name]:.4f} |" in card
     # the curve's last point scored the weights that were saved: the same evaluator on them gives the same metrics
     evaluator = RetrievalEvaluator.of(str(scifact_subset), "test", None)
     saved = EncoderEvaluation(

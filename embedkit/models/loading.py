@@ -17,6 +17,7 @@ from embedkit.models.dupmae_pooling import DupMAEPooling
 from embedkit.models.embedding_model import EmbeddingModel
 from embedkit.models.options import check_max_length, check_run_options, stack_limit
 from embedkit.models.reference import folder_hint, hub_offline, resolve_model
+from embedkit.models.sparse_model import is_sparse_folder, load_sparse
 from embedkit.storage import read_json
 from embedkit.validation import check_number
 
@@ -118,6 +119,15 @@ def load_model(
     device = pick_device(device)
     if backend == "torch":
         dtype = effective_dtype(device, dtype)
+    if path.is_dir() and is_sparse_folder(path):
+        if pooling is not None or normalize is not None or backend != "torch":
+            raise EmbedkitError(
+                "is a sparse model (SparseEncoder): it has no pooling, normalisation or other backend to choose",
+                path=path,
+                field="pooling" if pooling is not None else "normalize" if normalize is not None else "backend",
+            )
+        prompts = {"query_prompt": query_prompt, "document_prompt": document_prompt, "max_length": max_length}
+        return load_sparse(name, path, revision, device=device, dtype=dtype, **prompts)
     try:
         model, pooling = _load_stack(name, path, device, revision, pooling, normalize)
     except EmbedkitError:

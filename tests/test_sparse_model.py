@@ -1,0 +1,66 @@
+"""A sparse model is a model like any other: ``load_model`` loads a SparseEncoder folder (SPLADE here, started from
+the default model, whose MLM head is initialised with the decoder tied to the word embeddings), records its settings
+and weights, and its vectors are sentence-transformers' own."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from embedkit import load_model
+from embedkit.sparse import SparseRows
+
+TEXTS = ["what causes fever?", "Aspirin lowers the risk of colorectal cancer.", ""]
+
+
+@pytest.fixture(scope="module")
+def splade_folder(tmp_path_factory):
+    from sentence_transformers.sparse_encoder import SparseEncoder
+    from sentence_transformers.sparse_encoder.modules import SpladePooling, Transformer
+
+    from embedkit.models.reference import default_model_path
+
+    path, cut = str(default_model_path()), {"model_max_length": 64}
+    head = Transformer(path, transformer_task="fill-mask", processor_kwargs=cut)
+    model = SparseEncoder(modules=[head, SpladePooling(pooling_strategy="max")], similarity_fn_name="dot")
+    folder = tmp_path_factory.mktemp("splade") / "model"
+    model.save(str(folder))
+    return folder
+
+
+def test_load_model_gives_the_sparse_encoders_own_vectors(splade_folder):
+    from sentence_transformers.sparse_encoder import SparseEncoder
+
+    model = load_model(splade_folder)
+    assert model.kind == "sparse" and model.settings["sparse_kind"] == "splade" and model.dim == 30522
+    assert model.settings["weights_sha256"] and model.max_length == 64
+    reference = SparseEncoder(str(splade_folder))
+    for ours, theirs in (
+        (model.encode_queries(TEXTS), reference.encode_query(TEXTS, convert_to_sparse_tensor=True)),
+        (model.encode_documents(TEXTS), reference.encode_document(TEXTS, convert_to_sparse_tensor=True)),
+    ):
+        expected = SparseRows.from_torch(theirs)
+        assert len(ours) == len(TEXTS) and np.array_equal(ours.indptr, expected.indptr)
+        assert np.array_equal(ours.indices, expected.indices)
+        assert np.allclose(ours.values, expected.values, rtol=0, atol=1e-5)
+        dense = theirs.to_dense().numpy()
+        assert np.allclose(ours.to_scipy().toarray(), dense, rtol=0, atol=1e-5)  # nothing dropped or moved
+
+
+def test_sparse_rows_stack_take_and_quantise():
+    import torch
+
+    dense = torch.tensor([[0.0, 1.234, 0.0, 0.004], [0.0, 0.0, 0.0, 0.0], [2.5, 0.0, 0.006, 0.0]])
+    rows = SparseRows.from_torch(dense.to_sparse())
+    assert rows.nnz == 4 and np.array_equal(rows.indptr, [0, 2, 2, 4])
+    both = SparseRows.vstack([rows, rows.take([2, 0])])
+    assert len(both) == 5 and np.allclose(both.to_scipy().toarray()[3:], dense.numpy()[[2, 0]])
+    quantised = rows.quantized(100)  # round(w · 100); 0.004 -> 0 is dropped, 0.006 -> 1 kept
+    assert np.array_equal(quantised.indptr, [0, 1, 1, 3]) and np.array_equal(quantised.values, [123, 250, 1])
+
+
+def test_a_sparse_model_refuses_dense_only_settings(splade_folder):
+    from embedkit import EmbedkitError
+
+    with pytest.raises(EmbedkitError, match="is a sparse model"):
+        load_model(splade_folder, pooling="mean")
