@@ -64,3 +64,26 @@ def test_a_sparse_model_refuses_dense_only_settings(splade_folder):
 
     with pytest.raises(EmbedkitError, match="is a sparse model"):
         load_model(splade_folder, pooling="mean")
+
+
+def test_a_sparse_encode_writes_verified_shards_and_resumes_them(splade_folder, scifact, tmp_path):
+    """Three sparse shards (indptr, indices, values in one .npz each, hashed in the manifest); a shard lost as a kill
+    loses it is re-encoded to the same bytes, the others reused."""
+    from embedkit.encode import EmbeddingsFolder, encode_to_folder
+
+    model = load_model(splade_folder, max_length=32)
+    corpus = scifact.corpus.select(range(10))
+    built = encode_to_folder(model, corpus, tmp_path / "emb", shard_size=4)
+    assert built.sparse and built.manifest["dim"] == 30522 and built.encoded_shards == 3
+    rows = built.embeddings()
+    expected = model.encode_corpus(corpus)
+    assert np.array_equal(rows.indptr, expected.indptr) and np.array_equal(rows.indices, expected.indices)
+    assert np.array_equal(rows.values, expected.values) and built.ids() == list(corpus["_id"])
+    first = {p.name: p.read_bytes() for p in (tmp_path / "emb").glob("shard-*")}
+    (tmp_path / "emb" / "shard-00001.npz").unlink()
+    manifest = built.manifest | {"shards": [s for s in built.manifest["shards"] if s["index"] != 1], "complete": False}
+    (tmp_path / "emb" / "manifest.json").write_text(__import__("json").dumps(manifest))
+    again = encode_to_folder(model, corpus, tmp_path / "emb", shard_size=4)
+    assert again.encoded_shards == 1
+    assert {p.name: p.read_bytes() for p in (tmp_path / "emb" / "").glob("shard-*")} == first
+    assert EmbeddingsFolder.open(tmp_path / "emb").embeddings().nnz == rows.nnz

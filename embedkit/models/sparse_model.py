@@ -96,7 +96,7 @@ class SparseModel:
             "similarity": "dot",
         }
 
-    def _encode(self, texts: list[str], query: bool) -> SparseRows:
+    def _encode(self, texts: list[str], query: bool, progress: Any = None) -> SparseRows:
         from embedkit.models.device import autocast
 
         encode = self.st.encode_query if query else self.st.encode_document
@@ -112,6 +112,8 @@ class SparseModel:
                     max_active_dims=self.max_active_dims,
                 )
                 parts.append(SparseRows.from_torch(vectors))
+                if progress is not None:
+                    progress.update(len(parts[-1]))
         return SparseRows.vstack(parts, self.dim)
 
     def encode_queries(self, queries: Sequence[str], **kwargs: Any) -> SparseRows:
@@ -119,7 +121,7 @@ class SparseModel:
         return self._encode(check_texts(queries, "queries"), query=True)
 
     def encode_documents(self, documents: Sequence[str], **kwargs: Any) -> SparseRows:
-        return self._encode(check_texts(documents, "documents"), query=False)
+        return self._encode(check_texts(documents, "documents"), query=False, progress=kwargs.get("progress"))
 
     def encode_corpus(self, corpus: Any, **kwargs: Any) -> SparseRows:
         from embedkit.models.embedding_model import corpus_texts
