@@ -87,3 +87,23 @@ def test_a_sparse_encode_writes_verified_shards_and_resumes_them(splade_folder, 
     assert again.encoded_shards == 1
     assert {p.name: p.read_bytes() for p in (tmp_path / "emb" / "").glob("shard-*")} == first
     assert EmbeddingsFolder.open(tmp_path / "emb").embeddings().nnz == rows.nnz
+
+
+def test_the_exact_sparse_index_ranks_as_the_dense_product_does(splade_folder, scifact, tmp_path):
+    """Built from the shards, saved and loaded, it returns for each query the top 10 of the dense dot products, ties
+    by document id descending as trec_eval breaks them."""
+    from embedkit.encode import encode_to_folder
+    from embedkit.index.sparse_exact import SparseExactIndex
+
+    model = load_model(splade_folder, max_length=32)
+    corpus = scifact.corpus.select(range(40))
+    index = SparseExactIndex.build(encode_to_folder(model, corpus, tmp_path / "emb", shard_size=16))
+    loaded = SparseExactIndex.load(index.save(tmp_path / "idx"))
+    queries = list(scifact.split_queries("test").values())[:5]
+    vectors = model.encode_queries(queries)
+    scores = vectors.to_scipy().toarray() @ index.documents.toarray().T
+    ids = list(corpus["_id"])
+    for row, hits in zip(scores, loaded.search(vectors, 10), strict=True):
+        expected = sorted(((ids[j], float(row[j])) for j in range(len(ids)) if row[j] > 0), key=lambda h: (h[1], h[0]))
+        assert [doc for doc, _ in hits] == [doc for doc, _ in expected[::-1][:10]]
+        assert np.allclose([s for _, s in hits], [s for _, s in expected[::-1][:10]], rtol=1e-5)
