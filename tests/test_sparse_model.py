@@ -107,3 +107,39 @@ def test_the_exact_sparse_index_ranks_as_the_dense_product_does(splade_folder, s
         expected = sorted(((ids[j], float(row[j])) for j in range(len(ids)) if row[j] > 0), key=lambda h: (h[1], h[0]))
         assert [doc for doc, _ in hits] == [doc for doc, _ in expected[::-1][:10]]
         assert np.allclose([s for _, s in hits], [s for _, s in expected[::-1][:10]], rtol=1e-5)
+
+
+def test_the_lucene_impact_index_returns_the_exact_top_10_of_the_quantised_vectors(splade_folder, scifact, tmp_path):
+    """embedkit's impact index, and pyserini's LuceneImpactSearcher opened by hand on it, rank as the exact product
+    of the quantised vectors (×100) does, ties by document id descending."""
+    from embedkit.index.sparse_exact import top_hits
+    from embedkit.integrations.pyserini import _openai_key_for_import
+    from embedkit.integrations.pyserini_impact import LuceneImpact, build_impact_index
+
+    model = load_model(splade_folder, max_length=32)
+    model.max_active_dims = 48  # an untrained head weighs every word: keep each text's 48 largest
+    corpus = scifact.corpus.select(range(60))
+    documents, ids = model.encode_corpus(corpus), list(corpus["_id"])
+    folder = build_impact_index(tmp_path / "impact", ids, documents, model.token_names, model.settings)
+    queries = list(scifact.split_queries("test").values())[:6]
+    query_ids = [f"q{i}" for i in range(len(queries))]
+    vectors = model.encode_queries(queries)
+    run = LuceneImpact(folder).search(query_ids, vectors, model.token_names, 10)
+    exact = vectors.quantized(100).to_scipy() @ documents.quantized(100).to_scipy().T
+    with _openai_key_for_import():
+        from pyserini.search.lucene import LuceneImpactSearcher
+
+    class OwnVector:
+        def __init__(self, row):
+            indices, values = vectors.quantized(100).row(row)
+            self.vector = dict(zip(model.token_names(indices), map(int, values), strict=True))
+
+        def encode(self, text, **_):
+            return self.vector
+
+    for i, query_id in enumerate(query_ids):
+        expected = top_hits(exact[i].toarray()[0].astype(np.float32), ids, 10)
+        assert list(run[query_id].items()) == expected
+        by_hand = LuceneImpactSearcher(str(folder), OwnVector(i)).search("unused", k=30)
+        scores = np.array([hit.score for hit in by_hand], np.float32)
+        assert top_hits(scores, [hit.docid for hit in by_hand], 10) == expected
