@@ -143,3 +143,23 @@ def test_the_lucene_impact_index_returns_the_exact_top_10_of_the_quantised_vecto
         by_hand = LuceneImpactSearcher(str(folder), OwnVector(i)).search("unused", k=30)
         scores = np.array([hit.score for hit in by_hand], np.float32)
         assert top_hits(scores, [hit.docid for hit in by_hand], 10) == expected
+
+
+def test_evaluate_with_a_sparse_model_on_the_exact_and_the_impact_index(splade_folder, scifact_subset, tmp_path):
+    """`evaluate --retriever splade` end to end; the impact index ranks each query's top 10 as the exact index does,
+    up to the weight quantisation (agreement measured); a dense model is refused for it, a sparse one for dense."""
+    from embedkit import EmbedkitError, evaluate
+    from embedkit.search import Sparse
+
+    model = load_model(splade_folder, max_length=32)
+    model.max_active_dims = 48
+    reports = {
+        index: evaluate(model, scifact_subset, "test", Sparse(index=index), cache_dir=tmp_path, k=10)
+        for index in ("exact", "impact")
+    }
+    exact, impact = (reports[name]["metrics"]["ndcg_at_10"] for name in ("exact", "impact"))
+    assert reports["exact"]["model"]["kind"] == "sparse" and 0 < exact and abs(exact - impact) < 0.05
+    with pytest.raises(EmbedkitError, match="is a dense model"):
+        evaluate(load_model(), scifact_subset, "test", Sparse(), cache_dir=tmp_path)
+    with pytest.raises(EmbedkitError, match="is a sparse model"):
+        evaluate(model, scifact_subset, "test", "dense", cache_dir=tmp_path)

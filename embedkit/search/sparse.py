@@ -1,0 +1,75 @@
+"""Learned sparse retrieval: ``SparseRetrieval``, the one path from a sparse model and a corpus to its index and runs.
+
+The corpus's vectors come from the embeddings cache as dense ones do (``cached_corpus_embeddings``: one encode per
+model and corpus); the index is the exact one (sparse products) or a Lucene impact index kept in the cache beside
+them, keyed by the embeddings and the quantisation.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from embedkit.data.beir import BeirDataset
+from embedkit.encode.cache import cached_corpus_embeddings, default_cache_root
+from embedkit.encode.folder import EmbeddingsFolder
+from embedkit.errors import EmbedkitError
+from embedkit.index.sparse_exact import SparseExactIndex
+from embedkit.protocols import Run
+from embedkit.search.retriever import Sparse
+from embedkit.storage import sha256_json
+
+
+def check_sparse_model(model: Any) -> None:
+    if getattr(model, "kind", "dense") != "sparse":
+        raise EmbedkitError(
+            f"'{model.name}' is a dense model; --retriever splade needs a sparse one (a SparseEncoder folder)",
+            field="model",
+        )
+
+
+class SparseRetrieval:
+    """A sparse model over a dataset's corpus: its cached vectors, the index ``spec`` builds, searches of it."""
+
+    def __init__(self, model: Any, spec: Sparse | None = None, cache_dir: str | Path | None = None) -> None:
+        check_sparse_model(model)
+        self.model, self.spec, self.cache_dir = model, (spec or Sparse()).check(), cache_dir
+        self._embeddings: dict[str, EmbeddingsFolder] = {}
+        self._index: dict[str, Any] = {}
+
+    def embeddings(self, data: BeirDataset) -> EmbeddingsFolder:
+        if data.corpus_sha256 not in self._embeddings:
+            self._embeddings[data.corpus_sha256] = cached_corpus_embeddings(self.model, data, self.cache_dir)
+        return self._embeddings[data.corpus_sha256]
+
+    def index(self, data: BeirDataset) -> Any:
+        if data.corpus_sha256 in self._index:
+            return self._index[data.corpus_sha256]
+        embeddings = self.embeddings(data)
+        if self.spec.index == "exact":
+            index = SparseExactIndex.build(embeddings)
+        else:
+            from embedkit.integrations.pyserini_impact import LuceneImpact, build_impact_index
+
+            key = sha256_json({"embeddings": embeddings.manifest["shards"], "quantization": self.spec.quantization})
+            folder = Path(self.cache_dir or default_cache_root()) / f"impact-{key[:16]}"
+            if not (folder / "meta.json").is_file():
+                rows = embeddings.embeddings()
+                build_impact_index(folder, embeddings.ids(), rows, self.model.token_names, self.model.settings,
+                                   quantization=self.spec.quantization)  # fmt: skip
+            index = LuceneImpact(folder)
+        self._index[data.corpus_sha256] = index
+        return index
+
+    def search(self, data: BeirDataset, queries: dict[str, str], k: int, ignore_identical_ids: bool = False) -> Run:
+        query_ids = list(queries)
+        vectors = self.model.encode_queries([queries[q] for q in query_ids])
+        depth = k + 1 if ignore_identical_ids else k
+        index = self.index(data)
+        if isinstance(index, SparseExactIndex):
+            run = {q: dict(hits) for q, hits in zip(query_ids, index.search(vectors, depth), strict=True)}
+        else:
+            run = index.search(query_ids, vectors, self.model.token_names, depth)
+        if ignore_identical_ids:
+            run = {q: dict(list({d: s for d, s in hits.items() if d != q}.items())[:k]) for q, hits in run.items()}
+        return run
