@@ -158,8 +158,25 @@ def test_evaluate_with_a_sparse_model_on_the_exact_and_the_impact_index(splade_f
         for index in ("exact", "impact")
     }
     exact, impact = (reports[name]["metrics"]["ndcg_at_10"] for name in ("exact", "impact"))
-    assert reports["exact"]["model"]["kind"] == "sparse" and 0 < exact and abs(exact - impact) < 0.05
+    assert reports["exact"]["model"]["kind"] == "sparse" and exact > 0 and abs(exact - impact) < 0.05
     with pytest.raises(EmbedkitError, match="is a dense model"):
         evaluate(load_model(), scifact_subset, "test", Sparse(), cache_dir=tmp_path)
     with pytest.raises(EmbedkitError, match="is a sparse model"):
         evaluate(model, scifact_subset, "test", "dense", cache_dir=tmp_path)
+
+
+def test_evaluate_command_runs_splade_and_refuses_other_retrievers_flags(splade_folder, scifact_subset, tmp_path):
+    from conftest import embedkit_here
+
+    common = ["evaluate", "-d", str(scifact_subset), "-o", str(tmp_path / "runs"), "--cache-dir", str(tmp_path)]
+    done = embedkit_here(*common, "-m", str(splade_folder), "--retriever", "splade", "--max-length", "24", "-k", "10")
+    assert done.returncode == 0, done.stderr
+    assert "nDCG@10 = " in done.stdout and "splade-exact" in done.stdout
+    for extra, message in (
+        (["--retriever", "splade", "--factory", "HNSW32"], "--factory"),
+        (["--retriever", "splade", "--quantization", "100"], "--quantization"),
+        (["--retriever", "dense", "--sparse-index", "impact"], "--sparse-index"),
+        (["--retriever", "splade", "--sparse-index", "seismic"], "--sparse-index"),
+    ):
+        refused = embedkit_here(*common, "-m", str(splade_folder), *extra)
+        assert refused.returncode == 2 and message in refused.stderr and len(refused.stderr.strip().splitlines()) == 1
