@@ -51,6 +51,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import numpy as np
+from finetune_merge import TRANSFER, compare_arms, merged_arms, transfer_table
 
 from embedkit import EvaluateOptions, compute_metrics, evaluate, load_dataset, load_model
 from embedkit.search import Dense, DenseRetrieval
@@ -58,7 +59,6 @@ from embedkit.train import MiningSettings, TrainConfig, mine_hard_negatives, tra
 
 BEIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "beir"
 SCIFACT = BEIR / "scifact"
-TRANSFER = ("cacm", "cisi", "cranfield", "lisa", "medline", "npl")
 DEV_FRACTION, DEV_SEED = 0.1, 0
 
 
@@ -145,45 +145,6 @@ def score(model, data, cache: Path, reports: Path, name: str) -> dict[str, float
     }
 
 
-def merged_arms(recipe: str, output: Path, folder: Path, cache: Path) -> dict[str, dict]:
-    """WiSE-FT of the recipe's model, the best soup of its kept checkpoints, and that soup's WiSE-FT; chosen on dev."""
-    from embedkit.models.reference import default_model_path
-    from embedkit.train import MergeSettings, merge_models
-    from embedkit.train.merge import average, state_of
-    from embedkit.training.evaluator import RetrievalEvaluator
-
-    tuned = output / "models" / recipe
-    kept = sorted((tuned / "checkpoints").glob("checkpoint-*"), key=lambda p: int(p.name.rsplit("-", 1)[1]))
-    dev = RetrievalEvaluator(load_dataset(folder), "dev", dtype="bfloat16")
-    network = load_model(kept[-1]).st
-    soup_dev = {}
-    for k in range(2, len(kept) + 1):
-        network.load_state_dict(average([state_of(load_model(path).st) for path in kept[-k:]]))
-        soup_dev[k] = dev.score(network)["ndcg_at_10"]
-    k = min(size for size, value in soup_dev.items() if value == max(soup_dev.values()))
-    soup = tuple(str(path) for path in kept[-k:])
-    base, arms = str(default_model_path()), {}
-    made = {
-        f"{recipe}+wise-ft": MergeSettings((str(tuned),), base, "auto", str(folder), "dev", "bfloat16"),
-        f"{recipe}+soup": MergeSettings(soup),
-        f"{recipe}+soup+wise-ft": MergeSettings(soup, base, "auto", str(folder), "dev", "bfloat16"),
-    }
-    for name, settings in made.items():
-        start = time.perf_counter()
-        model = merge_models(settings, output / "models" / name, overwrite=True)
-        record = json.loads((model / "embedkit_merge.json").read_text())
-        arms[name] = {
-            "alpha": record["alpha"],
-            "alpha_dev_scores": record["dev_scores"],
-            "soup_checkpoints": [Path(p).name for p in soup] if "soup" in name else None,
-            "soup_dev_scores": soup_dev if "soup" in name else None,
-            "merge_s": round(time.perf_counter() - start, 1),
-            **score(load_model(model, max_length=256), load_dataset(folder), cache, output / "reports", name),
-        }
-        print(name, {key: arms[name][key] for key in ("alpha", "dev_ndcg_at_10", "test_ndcg_at_10")}, flush=True)
-    return arms
-
-
 def run_recipe(name: str, output: Path, folder: Path, files: dict[str, Path], cache: Path) -> dict:
     recipe = RECIPES[name]
     examples = sum(1 for line in files[recipe.data].read_text().splitlines() if len(json.loads(line)["negatives"]))
@@ -268,6 +229,7 @@ def main() -> None:
     results = json.loads(path.read_text()) if path.is_file() else {}
     if args.table:
         print(table(results))
+        print(transfer_table(results))
         return
     folder, cache = dev_split_folder(output), output / "cache"
     data = load_dataset(folder)
@@ -294,9 +256,13 @@ def main() -> None:
             print(name, {k: v for k, v in results[name].items() if k.endswith("ndcg_at_10")}, flush=True)
     for recipe in args.merge:
         if f"{recipe}+wise-ft" not in results:
-            results |= merged_arms(recipe, output, folder, cache)
+            results |= merged_arms(recipe, output, folder, cache, score)
+            path.write_text(json.dumps(results, indent=2))
+        if f"compare:{recipe}" not in results:
+            results[f"compare:{recipe}"] = compare_arms(results, recipe)
             path.write_text(json.dumps(results, indent=2))
     print(table(results))
+    print(transfer_table(results))
 
 
 if __name__ == "__main__":

@@ -59,7 +59,7 @@ def train(
         Optional[int], typer.Option(help="Save the uniform average of the last N checkpoints (a soup).")
     ] = None,
     keep_checkpoints: Annotated[
-        Optional[bool], typer.Option(help="Keep the checkpoints' weights in OUTPUT/checkpoints (for embedkit merge).")
+        Optional[bool], typer.Option(help="Keep every checkpoint's weights in OUTPUT/checkpoints (for embedkit merge).")
     ] = None,
     merge_with_base: Annotated[
         Optional[str],

@@ -39,7 +39,7 @@ class TrainConfig(RunConfig):
     eval_dataset: str | None = None  # evaluated once after training
     eval_split: str = "test"
     soup_last: int | None = None  # save the uniform average of the last N checkpoints
-    keep_checkpoints: bool = False  # keep the checkpoints' weights in OUTPUT/checkpoints (for soups and merges later)
+    keep_checkpoints: bool = False  # keep every checkpoint's weights in OUTPUT/checkpoints (for soups and merges)
     merge_with_base: float | str | None = None  # interpolate with the starting model: alpha in [0, 1], or "auto"
 
     def __post_init__(self) -> None:

@@ -23,6 +23,7 @@ import torch
 
 from embedkit.errors import EmbedkitError
 from embedkit.train.merge_settings import ALPHA_GRID, TOLERANCE
+from embedkit.training.run_folder import checkpoint_folders, checkpoint_step
 from embedkit.validation import check_number
 
 State = dict[str, torch.Tensor]
@@ -101,13 +102,6 @@ def auto_alpha(
     return chosen, scores
 
 
-def checkpoint_folders(folder: Path) -> list[Path]:
-    """The Trainer's complete checkpoints in ``folder``, oldest first."""
-    numbered = [p for p in folder.glob("checkpoint-*") if p.name.rsplit("-", 1)[-1].isdigit()]
-    complete = [p for p in numbered if (p / "trainer_state.json").is_file()]
-    return sorted(complete, key=lambda p: int(p.name.rsplit("-", 1)[-1]))
-
-
 def soup_of_checkpoints(network: Any, checkpoints: Path, last: int) -> list[int]:
     """Load the uniform soup of the last ``last`` checkpoints into ``network``; returns their steps."""
     folders = checkpoint_folders(checkpoints)[-last:]
@@ -120,7 +114,7 @@ def soup_of_checkpoints(network: Any, checkpoints: Path, last: int) -> list[int]
     states = [state_of(type(network)(str(folder), device=str(network.device))) for folder in folders]
     check_same_architecture([state_of(network), *states], ["the model trained", *map(str, folders)])
     network.load_state_dict(average(states))
-    return [int(folder.name.rsplit("-", 1)[-1]) for folder in folders]
+    return [checkpoint_step(folder) for folder in folders]
 
 
 TRAINER_STATE = ("optimizer.pt", "scheduler.pt", "rng_state.pth", "trainer_state.json", "training_args.bin")

@@ -39,6 +39,7 @@ from embedkit.training.run_folder import (
     MODEL_KIND,
     RECORDS,
     TrainingRun,
+    checkpoint_step,
     locked_run,
     partial_folder,
     prepare_run,
@@ -84,6 +85,8 @@ def training_arguments(config: TrainConfig, checkpoints: Path) -> Any:
         arguments |= {"eval_strategy": "steps", "eval_steps": steps, "save_steps": steps}
     if config.soup_last:  # the best checkpoint is kept besides the last ones
         arguments["save_total_limit"] = max(config.save_total_limit, config.soup_last + 1)
+    if config.keep_checkpoints:  # every one of them, for soups and merges later
+        arguments["save_total_limit"] = None
     if config.has_dev_set:
         arguments |= {
             "load_best_model_at_end": True,
@@ -162,7 +165,8 @@ def _train_run(config: TrainConfig, run: TrainingRun, args: Any) -> Path:
     network, loss, rows, started = _model_and_loss(config, examples, args.world_size)
     transfers = transfer_evaluators(config.transfer_datasets, config.transfer_split, config.data_dir, config.dev_dtype)
     base_state = state_of(network) if config.merge_with_base is not None else None
-    base_transfer = transfer_scores(transfers, lambda watch: watch.score(network)) if transfers else None
+    main = args.process_index == 0  # the base model is scored once, by the process that writes the record
+    base_transfer = transfer_scores(transfers, lambda watch: watch.score(network)) if main else None
     watching = [watch for watch in (evaluator, *transfers) if watch is not None]
     trainer_class = CrossEncoderTrainer if config.cross_encoder else SentenceTransformerTrainer
     trainer = trainer_class(
@@ -252,7 +256,7 @@ def best_checkpoint(state: Any) -> dict[str, Any] | None:
     """The step whose dev nDCG@10 was best (its weights are the ones saved) and that score."""
     if state.best_model_checkpoint is None:
         return None
-    step = int(Path(state.best_model_checkpoint).name.rsplit("-", 1)[-1])
+    step = checkpoint_step(Path(state.best_model_checkpoint))
     return {"step": step, "ndcg_at_10": state.best_metric}
 
 

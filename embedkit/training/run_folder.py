@@ -105,12 +105,21 @@ def _started_with(partial: Path) -> dict[str, Any] | None:
     return started.get("settings", {}) if isinstance(started, dict) else {}
 
 
-def _latest_checkpoint(folder: Path, main: bool) -> str | None:
-    """The last complete checkpoint; a kill mid-save leaves one without ``trainer_state.json`` (the Trainer writes it
-    last), which the main process deletes."""
+def checkpoint_step(checkpoint: Path) -> int:
+    return int(checkpoint.name.rsplit("-", 1)[-1])
+
+
+def checkpoint_folders(folder: Path, complete: bool = True) -> list[Path]:
+    """The Trainer's checkpoints in ``folder``, oldest first; ``complete``: only those with ``trainer_state.json``
+    (the Trainer writes it last, so a kill mid-save leaves a checkpoint without it)."""
     numbered = [p for p in folder.glob("checkpoint-*") if p.name.rsplit("-", 1)[-1].isdigit()]
-    checkpoints = sorted(numbered, key=lambda p: int(p.name.rsplit("-", 1)[-1]))
-    complete = [p for p in checkpoints if (p / "trainer_state.json").is_file()]
+    checkpoints = sorted(numbered, key=checkpoint_step)
+    return [p for p in checkpoints if (p / "trainer_state.json").is_file()] if complete else checkpoints
+
+
+def _latest_checkpoint(folder: Path, main: bool) -> str | None:
+    """The last complete checkpoint; the main process deletes incomplete ones."""
+    checkpoints, complete = checkpoint_folders(folder, complete=False), checkpoint_folders(folder)
     if main:
         for incomplete in set(checkpoints) - set(complete):
             shutil.rmtree(incomplete, ignore_errors=True)
