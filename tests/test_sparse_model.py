@@ -159,6 +159,8 @@ def test_evaluate_with_a_sparse_model_on_the_exact_and_the_impact_index(splade_f
     }
     exact, impact = (reports[name]["metrics"]["ndcg_at_10"] for name in ("exact", "impact"))
     assert reports["exact"]["model"]["kind"] == "sparse" and exact > 0 and abs(exact - impact) < 0.05
+    recorded = reports["exact"]["retrieval"]["sparse"]
+    assert recorded["document_nnz"]["max"] == 48 and 0 < recorded["query_nnz"]["mean"] <= 48
     with pytest.raises(EmbedkitError, match="is a dense model"):
         evaluate(load_model(), scifact_subset, "test", Sparse(), cache_dir=tmp_path)
     with pytest.raises(EmbedkitError, match="is a sparse model"):

@@ -54,9 +54,9 @@ def commit_shard(folder: Path, index: int, ids: list[str], vectors: np.ndarray |
     """Write the ids, then the vectors (each atomically): a shard's vector file existing means it is complete."""
     name = shard_name(index)
     write_lines(folder / f"{name}.docid", ids)
-    if isinstance(vectors, SparseRows):
+    if isinstance(vectors, SparseRows):  # with its non-zeros per document, what a sparse index stores and reads
         save_npz(folder / f"{name}.npz", indptr=vectors.indptr, indices=vectors.indices, values=vectors.values)
-        return shard_entry(folder, index, len(ids), ".npz")
+        return shard_entry(folder, index, len(ids), ".npz") | {"nnz": vectors.nnz_stats()}
     save_npy(folder / f"{name}.npy", vectors)
     return shard_entry(folder, index, len(ids))
 

@@ -252,6 +252,8 @@ def _retrieve(
             run = dense.search(data, queries, k, ignore_identical_ids)
             runs["splade" if isinstance(spec, Sparse) else "dense"] = run
         retrieval["search_params"] = dict(getattr(index, "search_params", {}))
+        if isinstance(dense, SparseRetrieval):
+            retrieval["sparse"] = {"query_nnz": dense.query_nnz, "document_nnz": dense.document_nnz(data)}
     lexical_spec = bm25_part(spec)
     if lexical_spec is not None:
         lucene_dir = Path(cache_dir or default_cache_root()) / f"lucene-{data.corpus_sha256[:16]}"

@@ -36,11 +36,19 @@ class SparseRetrieval:
         self.model, self.spec, self.cache_dir = model, (spec or Sparse()).check(), cache_dir
         self._embeddings: dict[str, EmbeddingsFolder] = {}
         self._index: dict[str, Any] = {}
+        self.query_nnz: dict[str, float] | None = None  # non-zeros per query of the last search
 
     def embeddings(self, data: BeirDataset) -> EmbeddingsFolder:
         if data.corpus_sha256 not in self._embeddings:
             self._embeddings[data.corpus_sha256] = cached_corpus_embeddings(self.model, data, self.cache_dir)
         return self._embeddings[data.corpus_sha256]
+
+    def document_nnz(self, data: BeirDataset) -> dict[str, float]:
+        """Non-zeros per document over the corpus, from the shards' records."""
+        shards = [entry["nnz"] for entry in self.embeddings(data).manifest["shards"]]
+        rows = sum(shard["rows"] for shard in shards)
+        mean = sum(shard["mean"] * shard["rows"] for shard in shards) / max(rows, 1)
+        return {"rows": rows, "mean": mean, "max": max((shard["max"] for shard in shards), default=0)}
 
     def index(self, data: BeirDataset) -> Any:
         if data.corpus_sha256 in self._index:
@@ -64,6 +72,7 @@ class SparseRetrieval:
     def search(self, data: BeirDataset, queries: dict[str, str], k: int, ignore_identical_ids: bool = False) -> Run:
         query_ids = list(queries)
         vectors = self.model.encode_queries([queries[q] for q in query_ids])
+        self.query_nnz = vectors.nnz_stats()
         depth = k + 1 if ignore_identical_ids else k
         index = self.index(data)
         if isinstance(index, SparseExactIndex):
