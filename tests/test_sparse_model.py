@@ -116,8 +116,7 @@ def test_the_lucene_impact_index_returns_the_exact_top_10_of_the_quantised_vecto
     from embedkit.integrations.pyserini import _openai_key_for_import
     from embedkit.integrations.pyserini_impact import LuceneImpact, build_impact_index
 
-    model = load_model(splade_folder, max_length=32)
-    model.max_active_dims = 48  # an untrained head weighs every word: keep each text's 48 largest
+    model = load_model(splade_folder, max_length=32, max_active_dims=48)  # an untrained head weighs every word
     corpus = scifact.corpus.select(range(60))
     documents, ids = model.encode_corpus(corpus), list(corpus["_id"])
     folder = build_impact_index(tmp_path / "impact", ids, documents, model.token_names, model.settings)
@@ -151,8 +150,7 @@ def test_evaluate_with_a_sparse_model_on_the_exact_and_the_impact_index(splade_f
     from embedkit import EmbedkitError, evaluate
     from embedkit.search import Sparse
 
-    model = load_model(splade_folder, max_length=32)
-    model.max_active_dims = 48
+    model = load_model(splade_folder, max_length=32, max_active_dims=48)
     reports = {
         index: evaluate(model, scifact_subset, "test", Sparse(index=index), cache_dir=tmp_path, k=10)
         for index in ("exact", "impact")
@@ -182,3 +180,21 @@ def test_evaluate_command_runs_splade_and_refuses_other_retrievers_flags(splade_
     ):
         refused = embedkit_here(*common, "-m", str(splade_folder), *extra)
         assert refused.returncode == 2 and message in refused.stderr and len(refused.stderr.strip().splitlines()) == 1
+
+
+def test_the_index_command_builds_sparse_indexes_and_refuses_the_other_kinds_flags(splade_folder, scifact, tmp_path):
+    from conftest import embedkit_here
+
+    from embedkit.encode import encode_to_folder
+    from embedkit.integrations.pyserini_impact import LuceneImpact
+
+    model = load_model(splade_folder, max_length=32, max_active_dims=32)
+    encode_to_folder(model, scifact.corpus.select(range(30)), tmp_path / "emb", shard_size=16)
+    done = embedkit_here("index", "-e", str(tmp_path / "emb"), "-o", str(tmp_path / "idx"), "--sparse-index", "impact")
+    assert done.returncode == 0, done.stderr
+    assert LuceneImpact(tmp_path / "idx").meta["indexed"] == 30
+    for extra, message in ((["--factory", "HNSW32"], "--factory"), (["--quantization", "10"], "--quantization")):
+        refused = embedkit_here("index", "-e", str(tmp_path / "emb"), "-o", str(tmp_path / "exact"), *extra)
+        assert refused.returncode == 2 and message in refused.stderr, refused.stderr
+    again = embedkit_here("index", "-e", str(tmp_path / "emb"), "-o", str(tmp_path / "idx"))
+    assert again.returncode == 2 and "--overwrite" in again.stderr

@@ -100,6 +100,7 @@ def load_model(
     revision: str | None = None,
     batch_tokens: int | None = None,
     backend: str | None = None,
+    max_active_dims: int | None = None,
 ) -> EmbeddingModel:
     """Load an embedding model; ``None`` is the packaged all-MiniLM-L6-v2.
 
@@ -126,8 +127,11 @@ def load_model(
                 path=path,
                 field="pooling" if pooling is not None else "normalize" if normalize is not None else "backend",
             )
+        check_number(max_active_dims, "max_active_dims", minimum=1)
         prompts = {"query_prompt": query_prompt, "document_prompt": document_prompt, "max_length": max_length}
-        return load_sparse(name, path, revision, device=device, dtype=dtype, **prompts)
+        return load_sparse(name, path, revision, device=device, dtype=dtype, max_active_dims=max_active_dims, **prompts)
+    if max_active_dims is not None:
+        raise EmbedkitError("caps a sparse model's vectors; this is a dense model", field="max_active_dims")
     try:
         model, pooling = _load_stack(name, path, device, revision, pooling, normalize)
     except EmbedkitError:
@@ -178,5 +182,7 @@ def load_model_from_settings(settings: dict[str, Any], **runtime: Any) -> Embedd
         "max_length": settings.get("max_length"),
         "normalize": settings.get("normalize"),
     }
+    if settings.get("max_active_dims") is not None:  # a sparse model's cap on non-zeros per vector
+        recorded["max_active_dims"] = settings["max_active_dims"]
     recorded.update({key: value for key, value in runtime.items() if key != "model"})
     return load_model(runtime.get("model") or settings.get("model"), **recorded)
