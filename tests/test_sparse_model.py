@@ -183,13 +183,15 @@ def test_evaluate_command_runs_splade_and_refuses_other_retrievers_flags(splade_
 
 
 def test_the_index_command_builds_sparse_indexes_and_refuses_the_other_kinds_flags(splade_folder, scifact, tmp_path):
-    from conftest import embedkit_here
+    from conftest import SCIFACT, embedkit_here
 
     from embedkit.encode import encode_to_folder
     from embedkit.integrations.pyserini_impact import LuceneImpact
 
     model = load_model(splade_folder, max_length=32, max_active_dims=32)
-    encode_to_folder(model, scifact.corpus.select(range(30)), tmp_path / "emb", shard_size=16)
+    corpus = scifact.corpus.select(range(30))
+    encode_to_folder(model, corpus, tmp_path / "emb", shard_size=16)
+    ids = set(corpus["_id"])
     done = embedkit_here("index", "-e", str(tmp_path / "emb"), "-o", str(tmp_path / "idx"), "--sparse-index", "impact")
     assert done.returncode == 0, done.stderr
     assert LuceneImpact(tmp_path / "idx").meta["indexed"] == 30
@@ -198,3 +200,10 @@ def test_the_index_command_builds_sparse_indexes_and_refuses_the_other_kinds_fla
         assert refused.returncode == 2 and message in refused.stderr, refused.stderr
     again = embedkit_here("index", "-e", str(tmp_path / "emb"), "-o", str(tmp_path / "idx"))
     assert again.returncode == 2 and "--overwrite" in again.stderr
+    args = ["search", "-i", str(tmp_path / "idx"), "-d", str(SCIFACT), "--split", "test", "-k", "5"]
+    searched = embedkit_here(*args, "-o", str(tmp_path / "run.trec"))
+    assert searched.returncode == 0, searched.stderr
+    lines = (tmp_path / "run.trec").read_text().splitlines()
+    assert len({line.split()[0] for line in lines}) == 300 and all(line.split()[2] in ids for line in lines)
+    refused = embedkit_here(*args, "--nprobe", "4", "-o", str(tmp_path / "other.trec"))
+    assert refused.returncode == 2 and "--nprobe" in refused.stderr
