@@ -207,3 +207,38 @@ def test_the_index_command_builds_sparse_indexes_and_refuses_the_other_kinds_fla
     assert len({line.split()[0] for line in lines}) == 300 and all(line.split()[2] in ids for line in lines)
     refused = embedkit_here(*args, "--nprobe", "4", "-o", str(tmp_path / "other.trec"))
     assert refused.returncode == 2 and "--nprobe" in refused.stderr
+
+
+def test_serve_answers_search_and_sparse_embeddings_from_a_sparse_index(splade_folder, scifact_subset, tmp_path):
+    """`embedkit serve` on an exact sparse index: /search equals the library's sparse search, /v1/embeddings gives
+    each text's non-zero dimensions and weights as the library encodes them."""
+    import httpx
+    from test_serve import running_server
+
+    from embedkit import load_dataset
+    from embedkit.encode import encode_to_folder
+    from embedkit.index.sparse_exact import SparseExactIndex
+    from embedkit.search.sparse import sparse_search
+
+    model = load_model(splade_folder, max_length=32, max_active_dims=32)
+    data = load_dataset(scifact_subset)
+    index = SparseExactIndex.build(encode_to_folder(model, data.corpus, tmp_path / "emb", shard_size=64))
+    folder = index.save(tmp_path / "idx")
+    queries = list(data.split_queries("test").values())[:4]
+    expected, _ = sparse_search(model, index, dict(enumerate(queries)), 5)
+    with running_server(folder, tmp_path, "--dataset", str(scifact_subset), "--device", "cpu") as served:
+        found = httpx.post(served.url + "/search", json={"queries": queries, "k": 5}, timeout=60).json()
+        embedded = httpx.post(served.url + "/v1/embeddings", json={"input": queries[:2]}, timeout=60).json()
+        base64 = httpx.post(served.url + "/v1/embeddings", json={"input": "x", "encoding_format": "base64"}, timeout=60)
+        health = httpx.get(served.url + "/health", timeout=10).json()
+    for i, result in enumerate(found["results"]):
+        assert [(hit["id"], round(hit["score"], 4)) for hit in result["hits"]] == [
+            (doc, round(score, 4)) for doc, score in expected[i].items()
+        ]
+        assert result["hits"][0]["snippet"]
+    vectors = model.encode_queries(queries[:2])
+    for i, row in enumerate(embedded["data"]):
+        indices, values = vectors.row(i)
+        assert row["embedding"]["indices"] == indices.tolist()
+        assert np.allclose(row["embedding"]["values"], values, rtol=0, atol=1e-6)
+    assert base64.status_code == 422 and health["index"]["engine"] == "exact"
