@@ -242,3 +242,17 @@ def test_serve_answers_search_and_sparse_embeddings_from_a_sparse_index(splade_f
         assert row["embedding"]["indices"] == indices.tolist()
         assert np.allclose(row["embedding"]["values"], values, rtol=0, atol=1e-6)
     assert base64.status_code == 422 and health["index"]["engine"] == "exact"
+
+
+def test_the_encode_command_writes_sparse_shards(splade_folder, scifact_subset, tmp_path):
+    from conftest import embedkit_here
+
+    from embedkit.encode import EmbeddingsFolder
+
+    args = ["encode", "-m", str(splade_folder), "-d", str(scifact_subset), "--max-length", "16"]
+    done = embedkit_here(*args, "-o", str(tmp_path / "emb"))
+    assert done.returncode == 0, done.stderr
+    folder = EmbeddingsFolder.open(tmp_path / "emb")
+    assert folder.sparse and folder.manifest["count"] == 150 and folder.manifest["shards"][0]["nnz"]["rows"] == 150
+    refused = embedkit_here(*args, "--pooling", "mean", "-o", str(tmp_path / "other"))
+    assert refused.returncode == 2 and "is a sparse model" in refused.stderr
