@@ -198,6 +198,12 @@ def save_npy(path: str | Path, array: np.ndarray) -> None:
         np.save(handle, array, allow_pickle=False)
 
 
+def save_npz(path: str | Path, **arrays: np.ndarray) -> None:
+    """Several arrays in one file, written atomically (uncompressed: they are read back whole)."""
+    with atomic_open(path, "wb", size=sum(a.nbytes for a in arrays.values())) as handle:
+        np.savez(handle, allow_pickle=False, **arrays)
+
+
 def load_npy(path: str | Path, mmap: bool = False) -> np.ndarray:
     try:
         return np.load(path, allow_pickle=False, mmap_mode="r" if mmap else None)

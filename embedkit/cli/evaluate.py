@@ -16,7 +16,9 @@ def evaluate(
     dataset: opt.Dataset,
     output: Annotated[Path, typer.Option("--output", "-o", help="Folder under which the report folder is written.")],
     split: Annotated[str, typer.Option(help="qrels split to evaluate.")] = "test",
-    retriever: Annotated[str, typer.Option(help="dense | bm25 | hybrid (dense and BM25 fused).")] = "dense",
+    retriever: Annotated[
+        str, typer.Option(help="dense | bm25 | splade (a sparse model) | hybrid (dense and BM25 fused).")
+    ] = "dense",
     k: Annotated[int, typer.Option("-k", help="Hits retrieved per query.")] = 1000,
     ignore_identical_ids: Annotated[
         bool, typer.Option(help="Drop hits whose id equals the query id (ArguAna, Quora).")
@@ -38,6 +40,12 @@ def evaluate(
     backend: opt.Backend = None,
     bm25_backend: Annotated[
         Optional[str], typer.Option(help="bm25s (pure Python) | pyserini (Lucene, Java 21). [default: bm25s]")
+    ] = None,
+    sparse_index: Annotated[
+        Optional[str], typer.Option(help="exact (sparse products) | impact (Lucene, pyserini). [default: exact]")
+    ] = None,
+    quantization: Annotated[
+        Optional[float], typer.Option(help="Impact index weights: round(w * this). [default: 100]")
     ] = None,
     bm25_k1: Annotated[Optional[float], typer.Option("--bm25-k1", help="BM25 k1. [default: 0.9]")] = None,
     bm25_b: Annotated[Optional[float], typer.Option("--bm25-b", help="BM25 b. [default: 0.4]")] = None,
@@ -92,9 +100,10 @@ def evaluate(
     Example: [bold]embedkit evaluate --dataset scifact --output runs --retriever hybrid[/bold]
     """
     from embedkit.outputs import check_parent, refuse_inside_other_output
-    from embedkit.search.retriever import MAX_BM25_K1, MAX_RRF_K, MAX_SEARCH_PARAM
+    from embedkit.search.retriever import MAX_BM25_K1, MAX_QUANTIZATION, MAX_RRF_K, MAX_SEARCH_PARAM
 
-    opt.one_of(retriever, ("dense", "bm25", "hybrid"), "--retriever")
+    opt.one_of(retriever, ("dense", "bm25", "splade", "hybrid"), "--retriever")
+    opt.one_of(sparse_index, ("exact", "impact"), "--sparse-index")
     opt.one_of(absent_judged, ("refuse", "miss"), "--absent-judged")
     opt.one_of(harness, ("embedkit", "mteb"), "--harness")
     opt.one_of(metric, ("ip", "l2"), "--metric")
@@ -109,6 +118,7 @@ def evaluate(
     opt.at_least(rrf_k, 0, "--rrf-k", maximum=MAX_RRF_K)
     opt.at_least(bm25_k1, 0, "--bm25-k1", maximum=MAX_BM25_K1)
     opt.at_least(bm25_b, 0, "--bm25-b", maximum=1)
+    opt.at_least(quantization, 1, "--quantization", maximum=MAX_QUANTIZATION)
     for flag, value in (("--nprobe", nprobe), ("--ef-search", ef_search)):
         opt.at_least(value, 1, flag, maximum=MAX_SEARCH_PARAM)
     options = opt.ModelOptions(
@@ -118,10 +128,17 @@ def evaluate(
     dense = {"--factory": factory, "--metric": metric, "--nprobe": nprobe, "--ef-search": ef_search}
     lexical = {"--bm25-backend": bm25_backend, "--bm25-k1": bm25_k1, "--bm25-b": bm25_b}
     fused = {"--fusion": fusion, "--fusion-weights": fusion_weights, "--fusion-depth": fusion_depth, "--rrf-k": rrf_k}
+    sparse = {"--sparse-index": sparse_index, "--quantization": quantization}
     if retriever == "bm25":
         opt.refuse_unused({**options.given(), **dense}, "with --retriever bm25")
-    if retriever == "dense":
-        opt.refuse_unused(lexical, "with --retriever dense")
+    if retriever in ("dense", "splade"):
+        opt.refuse_unused(lexical, f"with --retriever {retriever}")
+    if retriever == "splade":
+        opt.refuse_unused(dense, "with --retriever splade (a sparse index is --sparse-index)")
+    else:
+        opt.refuse_unused(sparse, f"with --retriever {retriever}")
+    if (sparse_index or "exact") == "exact":
+        opt.refuse_unused({"--quantization": quantization}, "with the exact sparse index (it is for impact)")
     if retriever != "hybrid":
         opt.refuse_unused(fused, f"with --retriever {retriever} (fusion is for hybrid)")
     if (fusion or "rrf") == "rrf":
@@ -134,7 +151,7 @@ def evaluate(
     if harness == "mteb" and reranking is not None:
         raise EmbedkitError("the mteb harness scores a first stage only; rerank with embedkit's", field="--harness")
     options.check()  # after the refusals above: a model flag given to BM25 is refused as unused, not resolved
-    retriever_spec = spec_from_flags(retriever, dense, lexical, fused, weights)
+    retriever_spec = spec_from_flags(retriever, dense, lexical, fused, weights, sparse)
     check_parent(output / "report")
     refuse_inside_other_output(output, "report", holds=True)  # a later --overwrite there would delete the report
     from embedkit.data.beir import load_dataset
@@ -149,7 +166,7 @@ def evaluate(
     from embedkit.report.markdown import render_markdown
 
     report = run_evaluation(
-        options.load() if retriever in ("dense", "hybrid") else None,
+        options.load() if retriever != "bm25" else None,
         data,
         split,
         retriever_spec,
@@ -167,11 +184,16 @@ def evaluate(
 
 
 def spec_from_flags(
-    kind: str, dense: dict[str, Any], lexical: dict[str, Any], fused: dict[str, Any], weights: list[float] | None
+    kind: str,
+    dense: dict[str, Any],
+    lexical: dict[str, Any],
+    fused: dict[str, Any],
+    weights: list[float] | None,
+    sparse: dict[str, Any] | None = None,
 ) -> Any:
     """The ``Retriever`` the flags describe; each flag sets the spec field of the same name (``--bm25-k1`` is
     ``BM25.k1``, ``--fusion-depth`` is ``Fusion.depth``), and a flag not given keeps the field's default."""
-    from embedkit.search.retriever import BM25, Dense, Fusion, Hybrid
+    from embedkit.search.retriever import BM25, Dense, Fusion, Hybrid, Sparse
 
     def given(flags: dict[str, Any], prefix: str = "") -> dict[str, Any]:
         fields = {flag.removeprefix("--").removeprefix(prefix).replace("-", "_"): v for flag, v in flags.items()}
@@ -180,7 +202,9 @@ def spec_from_flags(
     fusion = given({**fused, "--fusion-method": fused["--fusion"], "--fusion-weights": weights}, "fusion-")
     fusion.pop("fusion", None)
     dense_spec, bm25_spec = Dense(**given(dense)), BM25(**given(lexical, "bm25-"))
-    specs = {"dense": dense_spec, "bm25": bm25_spec, "hybrid": Hybrid(dense_spec, bm25_spec, Fusion(**fusion))}
+    sparse_spec = Sparse(**{k.removeprefix("sparse_"): v for k, v in given(sparse or {}).items()})
+    specs = {"dense": dense_spec, "bm25": bm25_spec, "splade": sparse_spec}
+    specs["hybrid"] = Hybrid(dense_spec, bm25_spec, Fusion(**fusion))
     return specs[kind].check()
 
 

@@ -40,6 +40,13 @@ def index(
         Optional[float],
         typer.Option(help="With --max-memory: nDCG@10 on --tune-dataset's qrels may fall this far below exact search."),
     ] = None,
+    sparse_index: Annotated[
+        Optional[str],
+        typer.Option(help="Sparse embeddings: exact (sparse products) | impact (Lucene, pyserini). [default: exact]"),
+    ] = None,
+    quantization: Annotated[
+        Optional[float], typer.Option(help="Impact index weights: round(w * this). [default: 100]")
+    ] = None,
     data_dir: opt.DataDir = None,
     overwrite: opt.Overwrite = False,
 ) -> None:
@@ -48,12 +55,17 @@ def index(
     Example: [bold]embedkit index -e emb/scifact -o idx/scifact-hnsw --factory HNSW32 --ef-search 128[/bold]
 
     Or let a memory budget choose the index: [bold]embedkit index -e emb/msmarco -o idx/ms --max-memory 2GiB[/bold]
+
+    A sparse model's embeddings make a sparse index: [bold]embedkit index -e emb/splade -o idx/sp --sparse-index
+    impact[/bold]
     """
     from embedkit.errors import EmbedkitError
     from embedkit.outputs import check_output_folder, refuse_inside_other_output
 
     num_partitions = opt.renamed(num_partitions, num_shards, "--num-partitions", "--num-shards")
     opt.one_of(metric, ("ip", "l2"), "--metric")
+    opt.one_of(sparse_index, ("exact", "impact"), "--sparse-index")
+    opt.at_least(quantization, 1, "--quantization", maximum=1e6)
     from embedkit.index.factory_check import check_factory
     from embedkit.index.faiss_helpers import check_whole
 
@@ -83,15 +95,24 @@ def index(
         )
     if not tune and budget is None:
         opt.refuse_unused({"--tune-dataset": tune_dataset, "--tune-split": tune_split}, "without --tune")
+    from embedkit.encode.folder import EmbeddingsFolder
+
+    folder = EmbeddingsFolder.open(embeddings)
+    sparse = {"--sparse-index": sparse_index, "--quantization": quantization}
+    if folder.sparse:
+        faiss = {"--factory": factory, "--nprobe": nprobe, "--ef-search": ef_search, "--rescore": rescore}
+        faiss |= {"--num-partitions": num_partitions, "--tune": tune or None, "--on-disk": on_disk or None}
+        opt.refuse_unused({**faiss, "--max-memory": max_memory}, "with a sparse model's embeddings")
+        _sparse(folder, output, sparse_index or "exact", quantization, overwrite)
+        return
+    opt.refuse_unused(sparse, "with dense embeddings (FAISS indexes them)")
     factory = factory or "Flat"
     from embedkit.index.faiss_helpers import INDEX_KINDS, BuildSettings
 
     check_output_folder(output, INDEX_KINDS, overwrite)
     refuse_inside_other_output(output, "index")
-    from embedkit.encode.folder import EmbeddingsFolder
     from embedkit.index.faiss_index import Index
 
-    folder = EmbeddingsFolder.open(embeddings)
     if not folder.complete:
         raise EmbedkitError("the embeddings are incomplete; rerun 'embedkit encode' to finish them", path=embeddings)
     dim, count = folder.manifest["dim"], folder.manifest["count"]
@@ -130,6 +151,31 @@ def index(
         typer.echo("\n".join(tuning.table()))
     built.save(output, overwrite=overwrite or on_disk)  # an on-disk build has written its own folder already
     typer.echo(f"{len(built)} vectors indexed as '{factory}' at {output}")
+
+
+def _sparse(folder, output: Path, engine: str, quantization: float | None, overwrite: bool) -> None:
+    """A sparse model's embeddings: the exact index, or a Lucene impact index in pyserini's layout."""
+    from embedkit.errors import EmbedkitError
+    from embedkit.index.sparse_exact import SPARSE_INDEX_KIND, SparseExactIndex
+    from embedkit.outputs import check_output_folder, refuse_inside_other_output
+
+    if engine == "exact":
+        opt.refuse_unused({"--quantization": quantization}, "with the exact sparse index (it is for impact)")
+    check_output_folder(output, SPARSE_INDEX_KIND, overwrite)
+    refuse_inside_other_output(output, "index")
+    if not folder.complete:
+        raise EmbedkitError("the embeddings are incomplete; rerun 'embedkit encode' to finish them", path=folder.path)
+    if engine == "exact":
+        SparseExactIndex.build(folder).save(output, overwrite=overwrite)
+    else:
+        from embedkit.integrations.pyserini_impact import build_impact_index
+        from embedkit.models.loading import load_model_from_settings
+
+        names = load_model_from_settings(folder.settings).token_names  # the terms are the tokenizer's words
+        rows, settings = folder.embeddings(), folder.settings
+        build_impact_index(output, folder.ids(), rows, names, settings, quantization=quantization or 100.0,
+                           overwrite=overwrite)  # fmt: skip
+    typer.echo(f"{folder.manifest['count']} sparse vectors indexed ({engine}) at {output}")
 
 
 def _choose(folder, settings, budget, target_recall, ndcg_drop, dataset, split, data_dir):

@@ -53,8 +53,13 @@ def search(
     refuse_inside_other_output(output, "TREC run")
     from embedkit.data.beir import load_dataset, load_queries
     from embedkit.index.partitioned import load_index
+    from embedkit.search.sparse import open_sparse_index
 
-    opened = load_index(index)  # an index folder, or a partitioned one; its files are checked before any model loads
+    sparse = open_sparse_index(index)  # a sparse model's index (exact or Lucene impact), else FAISS's
+    if sparse is not None:
+        faiss = {"--nprobe": nprobe, "--ef-search": ef_search, "--rescore": rescore, "--embeddings": embeddings}
+        opt.refuse_unused(faiss, "with a sparse index")
+    opened = sparse if sparse is not None else load_index(index)  # files checked before any model loads
     if embeddings is not None:
         opened.attach_vectors(embeddings)
     if queries is not None:
@@ -67,6 +72,15 @@ def search(
     from embedkit.search.dense import dense_search
 
     given = {name: value for name, value in vars(runtime).items() if value is not None}
+    if sparse is not None:
+        from embedkit.search.sparse import sparse_search
+
+        recorded = opened.settings if hasattr(opened, "settings") else opened.meta["settings"]
+        embedder = load_model_from_settings(recorded, **given)
+        run, _ = sparse_search(embedder, opened, texts, k, ignore_identical_ids)
+        write_run(output, run)
+        typer.echo(f"{len(run)} queries searched; run written to {output}")
+        return
     embedder = load_model_from_settings(opened.meta.get("model") or {}, **given)  # the index's model, as built
     opened.check_model(embedder.settings)
     run = dense_search(

@@ -18,7 +18,11 @@ def train(
         Optional[str], typer.Option(help="cls | mean | last | max, when --model is a plain transformers folder.")
     ] = None,
     objective: Annotated[
-        Optional[str], typer.Option(help="supervised | simcse | cropping (bi-encoders) | cross-encoder (a reranker).")
+        Optional[str],
+        typer.Option(
+            help="supervised | simcse | cropping (bi-encoders) | cross-encoder (a reranker) | splade | "
+            "splade-inference-free | csr (learned sparse)."
+        ),
     ] = None,
     dataset: run.Dataset = None,
     train_split: Annotated[Optional[str], typer.Option(help="qrels split for supervised pairs.")] = None,
@@ -46,6 +50,16 @@ def train(
     learn_temperature: Annotated[Optional[bool], typer.Option(help="Train the temperature.")] = None,
     mini_batch_size: Annotated[Optional[int], typer.Option(help="GradCache mini-batch size.")] = None,
     matryoshka_dims: Annotated[Optional[str], typer.Option(help="Comma-separated, e.g. 384,256,128,64.")] = None,
+    flops_query_weight: Annotated[
+        Optional[float], typer.Option(help="SPLADE: FLOPS regularisation of queries. [default: 5e-5]")
+    ] = None,
+    flops_document_weight: Annotated[
+        Optional[float], typer.Option(help="SPLADE: FLOPS regularisation of documents. [default: 3e-5]")
+    ] = None,
+    query_learning_rate: Annotated[
+        Optional[float], typer.Option(help="Inference-free SPLADE: the query table's learning rate. [default: 1e-3]")
+    ] = None,
+    csr_k: Annotated[Optional[int], typer.Option(help="CSR: latents kept per vector. [default: 96]")] = None,
     batch_size: run.BatchSize = None,
     epochs: run.Epochs = None,
     max_steps: run.MaxSteps = None,

@@ -44,5 +44,5 @@ class InProcess:
     ) -> Iterator[dict[str, Any]]:
         for index in pending:
             ids, texts = shard_rows(corpus, index * shard_size, min(len(corpus), (index + 1) * shard_size))
-            vectors = model.encode(texts, prompt=model.document_prompt, progress=progress)
+            vectors = model.encode_documents(texts, progress=progress)
             yield commit_shard(folder, index, ids, vectors)

@@ -15,6 +15,7 @@ import numpy as np
 from embedkit.encode.layout import FORMAT, MANIFEST, SETTINGS, SETTINGS_FORMAT
 from embedkit.errors import EmbedkitError
 from embedkit.outputs import output_lock
+from embedkit.sparse import SparseRows
 from embedkit.storage import load_npy, read_json, read_lines, sha256_file, write_json
 
 # What makes two encodes the same: a shard written under one key is reused only under the same key.
@@ -176,10 +177,11 @@ class EmbeddingsFolder:
                     )
             self._verified.add(index)
         ids = read_lines(ids_path)
-        vectors = load_npy(vectors_path, mmap=mmap)
-        if vectors.shape != (entry["count"], self.manifest["dim"]) or len(ids) != entry["count"]:
+        vectors = load_sparse_rows(vectors_path, self.manifest["dim"]) if self.sparse else load_npy(vectors_path, mmap)
+        shape = (len(vectors), vectors.dim) if self.sparse else vectors.shape
+        if shape != (entry["count"], self.manifest["dim"]) or len(ids) != entry["count"]:
             raise EmbedkitError(
-                f"holds {vectors.shape} vectors and {len(ids)} ids, manifest.json says {entry['count']} x "
+                f"holds {shape} vectors and {len(ids)} ids, manifest.json says {entry['count']} x "
                 f"{self.manifest['dim']}; re-encode it",
                 path=vectors_path,
             )
@@ -188,9 +190,16 @@ class EmbeddingsFolder:
     def ids(self) -> list[str]:
         return [doc for entry in self.manifest["shards"] for doc in self.shard(entry, mmap=True)[0]]
 
-    def embeddings(self) -> np.ndarray:
-        """All vectors in corpus order (float32)."""
+    @property
+    def sparse(self) -> bool:
+        """Learned sparse vectors (``SparseRows`` per shard, ``.npz`` files) rather than dense rows."""
+        return self.settings.get("kind") == "sparse"
+
+    def embeddings(self) -> np.ndarray | SparseRows:
+        """All vectors in corpus order (float32 rows, or ``SparseRows`` for a sparse model)."""
         shards = [self.shard(entry)[1] for entry in self.manifest["shards"]]
+        if self.sparse:
+            return SparseRows.vstack(shards, self.manifest["dim"])
         if not shards:
             return np.empty((0, self.manifest["dim"]), dtype=np.float32)
         return np.concatenate(shards, axis=0)
@@ -199,6 +208,15 @@ class EmbeddingsFolder:
         """``(ids, vectors)`` per shard, each memory-mapped, so a large corpus never sits in RAM at once."""
         for entry in self.manifest["shards"]:
             yield self.shard(entry, mmap=True)
+
+
+def load_sparse_rows(path: Path, dim: int) -> SparseRows:
+    """A sparse shard (``SparseRows``' three arrays in one ``.npz``); a damaged file is one line."""
+    try:
+        with np.load(path, allow_pickle=False) as arrays:
+            return SparseRows(arrays["indptr"], arrays["indices"], arrays["values"], dim)
+    except (ValueError, KeyError, EOFError, OSError) as err:
+        raise EmbedkitError(f"not a readable sparse shard ({str(err).splitlines()[0]})", path=path) from None
 
 
 def shard_is_intact(folder: Path, shard: dict[str, Any]) -> bool:

@@ -12,7 +12,8 @@ from typing import Any
 import numpy as np
 
 from embedkit.data.beir import doc_text
-from embedkit.storage import save_npy, sha256_file, write_lines
+from embedkit.sparse import SparseRows
+from embedkit.storage import save_npy, save_npz, sha256_file, write_lines
 from embedkit.validation import check_id
 
 
@@ -33,23 +34,29 @@ def shard_rows(corpus: Any, start: int, stop: int) -> tuple[list[str], list[str]
     return ids, [doc_text(d) for d in docs]
 
 
-def shard_entry(folder: Path, index: int, count: int) -> dict[str, Any]:
+VECTOR_SUFFIXES = (".npy", ".npz")  # dense rows; sparse rows (``SparseRows``: indptr, indices, values)
+
+
+def shard_entry(folder: Path, index: int, count: int, suffix: str = ".npy") -> dict[str, Any]:
     """The manifest entry of a shard whose two files are on disk."""
     name = shard_name(index)
     return {
         "index": index,
-        "embeddings": f"{name}.npy",
+        "embeddings": f"{name}{suffix}",
         "ids": f"{name}.docid",
         "count": count,
-        "sha256": sha256_file(folder / f"{name}.npy"),
+        "sha256": sha256_file(folder / f"{name}{suffix}"),
         "ids_sha256": sha256_file(folder / f"{name}.docid"),
     }
 
 
-def commit_shard(folder: Path, index: int, ids: list[str], vectors: np.ndarray) -> dict[str, Any]:
-    """Write the ids, then the vectors (each atomically): a shard's ``.npy`` existing means it is complete."""
+def commit_shard(folder: Path, index: int, ids: list[str], vectors: np.ndarray | SparseRows) -> dict[str, Any]:
+    """Write the ids, then the vectors (each atomically): a shard's vector file existing means it is complete."""
     name = shard_name(index)
     write_lines(folder / f"{name}.docid", ids)
+    if isinstance(vectors, SparseRows):  # with its non-zeros per document, what a sparse index stores and reads
+        save_npz(folder / f"{name}.npz", indptr=vectors.indptr, indices=vectors.indices, values=vectors.values)
+        return shard_entry(folder, index, len(ids), ".npz") | {"nnz": vectors.nnz_stats()}
     save_npy(folder / f"{name}.npy", vectors)
     return shard_entry(folder, index, len(ids))
 
@@ -57,13 +64,14 @@ def commit_shard(folder: Path, index: int, ids: list[str], vectors: np.ndarray) 
 def committed_shard(folder: Path, index: int, count: int) -> dict[str, Any] | None:
     """The entry of a shard this run already committed (a retried task finds it), else None."""
     name = shard_name(index)
-    if (folder / f"{name}.npy").is_file() and (folder / f"{name}.docid").is_file():
-        return shard_entry(folder, index, count)
+    for suffix in VECTOR_SUFFIXES:
+        if (folder / f"{name}{suffix}").is_file() and (folder / f"{name}.docid").is_file():
+            return shard_entry(folder, index, count, suffix)
     return None
 
 
 def remove_shard_files(folder: Path, indexes: list[int]) -> None:
     """Files of shards no manifest lists (a killed run's last shard): the executor that redoes them starts clean."""
     for index in indexes:
-        for ext in ("npy", "docid"):
+        for ext in ("npy", "npz", "docid"):
             (folder / f"{shard_name(index)}.{ext}").unlink(missing_ok=True)

@@ -25,7 +25,18 @@ from embedkit.reranking.settings import RerankSettings
 from embedkit.search.bm25 import bm25_searcher, drop_identical
 from embedkit.search.dense import DenseRetrieval
 from embedkit.search.fusion import fuse
-from embedkit.search.retriever import BM25, Dense, Hybrid, Retriever, bm25_part, dense_part, retriever_of, to_dict
+from embedkit.search.retriever import (
+    BM25,
+    Dense,
+    Hybrid,
+    Retriever,
+    Sparse,
+    bm25_part,
+    dense_part,
+    retriever_of,
+    to_dict,
+)
+from embedkit.search.sparse import SparseRetrieval
 from embedkit.storage import sha256_json
 from embedkit.validation import check_whole
 
@@ -64,6 +75,8 @@ def _name_parts(spec: Retriever, model: dict[str, Any] | None, reranker: RerankS
         parts = model["model"], spec.factory
     elif isinstance(spec, BM25):
         parts = "bm25", spec.backend
+    elif isinstance(spec, Sparse):
+        parts = model["model"], f"splade-{spec.index}"
     else:
         parts = model["model"], f"{spec.dense.factory}+bm25-{spec.bm25.backend}-{spec.fusion.method}"
     if reranker is None:
@@ -119,12 +132,16 @@ def evaluate(
     dense = None
     if dense_part(spec) is not None:
         with timer("load_model"):
-            model = model if isinstance(model, EmbeddingModel) else _load_model(model)
+            model = _load_model(model) if model is None or isinstance(model, (str, Path)) else model
         dense = DenseRetrieval(model, dense_part(spec), cache_dir)
+    if isinstance(spec, Sparse):
+        with timer("load_model"):
+            model = _load_model(model) if model is None or isinstance(model, (str, Path)) else model
+        dense = SparseRetrieval(model, spec, cache_dir)  # the model's path through the pipeline, sparse
     depth = min(int(k), len(data.corpus))  # a k above the corpus size returns the whole corpus
     runs, retrieval = _retrieve(spec, dense, data, queries, depth, cache_dir, options.ignore_identical_ids, timer)
     retrieval["k"] = k
-    run = runs["dense"] if isinstance(spec, Dense) else runs["bm25"] if isinstance(spec, BM25) else None
+    run = None if isinstance(spec, Hybrid) else runs[spec.type]
     if isinstance(spec, Hybrid):
         fusion = spec.fusion
         with timer("fuse"):
@@ -215,7 +232,7 @@ def evaluate(
 
 def _retrieve(
     spec: Retriever,
-    dense: DenseRetrieval | None,
+    dense: DenseRetrieval | SparseRetrieval | None,
     data: BeirDataset,
     queries: dict[str, str],
     k: int,
@@ -232,8 +249,11 @@ def _retrieve(
         with timer("build_index"):
             index = dense.index(data)
         with timer("search"):
-            runs["dense"] = dense.search(data, queries, k, ignore_identical_ids)
-        retrieval["search_params"] = dict(index.search_params)
+            run = dense.search(data, queries, k, ignore_identical_ids)
+            runs["splade" if isinstance(spec, Sparse) else "dense"] = run
+        retrieval["search_params"] = dict(getattr(index, "search_params", {}))
+        if isinstance(dense, SparseRetrieval):
+            retrieval["sparse"] = {"query_nnz": dense.query_nnz, "document_nnz": dense.document_nnz(data)}
     lexical_spec = bm25_part(spec)
     if lexical_spec is not None:
         lucene_dir = Path(cache_dir or default_cache_root()) / f"lucene-{data.corpus_sha256[:16]}"
@@ -248,7 +268,7 @@ def _retrieve(
     return runs, retrieval
 
 
-def _load_model(name: str | None) -> EmbeddingModel:
+def _load_model(name: str | Path | None) -> EmbeddingModel:
     """Loads a model by name; imported here because it loads torch and sentence-transformers, which a BM25
     evaluation never needs (it starts in a second instead of ten)."""
     from embedkit.models.loading import load_model

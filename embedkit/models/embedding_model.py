@@ -117,7 +117,7 @@ class EmbeddingModel:
     def encode_documents(self, documents: Sequence[str], **kwargs: Any) -> np.ndarray:
         """Embed document texts (a list of strings) with the document prompt."""
         documents = check_texts(documents, "documents")
-        return self._encode(documents, self.document_prompt, kwargs.get("show_progress"))
+        return self._encode(documents, self.document_prompt, kwargs.get("show_progress"), kwargs.get("progress"))
 
     def encode_corpus(self, corpus: Any, **kwargs: Any) -> np.ndarray:
         """Embed documents given as dicts with ``title``/``text`` (or plain strings) or as a ``datasets.Dataset``."""

@@ -17,6 +17,7 @@ from embedkit.models.dupmae_pooling import DupMAEPooling
 from embedkit.models.embedding_model import EmbeddingModel
 from embedkit.models.options import check_max_length, check_run_options, stack_limit
 from embedkit.models.reference import folder_hint, hub_offline, resolve_model
+from embedkit.models.sparse_model import is_sparse_folder, load_sparse
 from embedkit.storage import read_json
 from embedkit.validation import check_number
 
@@ -99,6 +100,7 @@ def load_model(
     revision: str | None = None,
     batch_tokens: int | None = None,
     backend: str | None = None,
+    max_active_dims: int | None = None,
 ) -> EmbeddingModel:
     """Load an embedding model; ``None`` is the packaged all-MiniLM-L6-v2.
 
@@ -118,6 +120,18 @@ def load_model(
     device = pick_device(device)
     if backend == "torch":
         dtype = effective_dtype(device, dtype)
+    if path.is_dir() and is_sparse_folder(path):
+        if pooling is not None or normalize is not None or backend != "torch":
+            raise EmbedkitError(
+                "is a sparse model (SparseEncoder): it has no pooling, normalisation or other backend to choose",
+                path=path,
+                field="pooling" if pooling is not None else "normalize" if normalize is not None else "backend",
+            )
+        check_number(max_active_dims, "max_active_dims", minimum=1)
+        prompts = {"query_prompt": query_prompt, "document_prompt": document_prompt, "max_length": max_length}
+        return load_sparse(name, path, revision, device=device, dtype=dtype, max_active_dims=max_active_dims, **prompts)
+    if max_active_dims is not None:
+        raise EmbedkitError("caps a sparse model's vectors; this is a dense model", field="max_active_dims")
     try:
         model, pooling = _load_stack(name, path, device, revision, pooling, normalize)
     except EmbedkitError:
@@ -168,5 +182,7 @@ def load_model_from_settings(settings: dict[str, Any], **runtime: Any) -> Embedd
         "max_length": settings.get("max_length"),
         "normalize": settings.get("normalize"),
     }
+    if settings.get("max_active_dims") is not None:  # a sparse model's cap on non-zeros per vector
+        recorded["max_active_dims"] = settings["max_active_dims"]
     recorded.update({key: value for key, value in runtime.items() if key != "model"})
     return load_model(runtime.get("model") or settings.get("model"), **recorded)

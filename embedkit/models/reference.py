@@ -43,9 +43,19 @@ def folder_hint(path: str | Path) -> dict[str, Any]:
     return found if isinstance(found, dict) else {}
 
 
+def _weight_files(folder: Path, suffix: str) -> list[Path]:
+    """The stack's weight files: the folder's own, then its modules' folders (``2_Dense``, a router's routes), by
+    relative path; a nested model (a folder with its own ``modules.json``, such as a kept checkpoint) is not part."""
+    found = sorted(folder.glob(f"*{suffix}"))
+    for sub in sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        if not (sub / "modules.json").is_file():
+            found += _weight_files(sub, suffix)
+    return found
+
+
 def weights_sha256(folder: Path) -> str | None:
     """Content hash of a local model's weight files (its revision when it has no Hub id); None when it has none."""
-    files = sorted(folder.glob("*.safetensors")) or sorted(folder.glob("*.bin"))
+    files = _weight_files(folder, ".safetensors") or _weight_files(folder, ".bin")
     if not files:
         return None
     digest = hashlib.sha256()

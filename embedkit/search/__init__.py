@@ -11,6 +11,8 @@ _EXPORTS = {
     "DenseRetrieval": "embedkit.search.dense",
     "Fusion": "embedkit.search.retriever",
     "Hybrid": "embedkit.search.retriever",
+    "Sparse": "embedkit.search.retriever",
+    "SparseRetrieval": "embedkit.search.sparse",
     "bm25_searcher": "embedkit.search.bm25",
     "dense_search": "embedkit.search.dense",
     "fuse": "embedkit.search.fusion",
@@ -24,6 +26,8 @@ __all__ = [
     "DenseRetrieval",
     "Fusion",
     "Hybrid",
+    "Sparse",
+    "SparseRetrieval",
     "bm25_searcher",
     "dense_search",
     "fuse",
@@ -36,4 +40,5 @@ if TYPE_CHECKING:
     from embedkit.search.bm25 import Bm25sSearcher, bm25_searcher
     from embedkit.search.dense import DenseRetrieval, dense_search
     from embedkit.search.fusion import fuse, normalized_interpolation, reciprocal_rank_fusion
-    from embedkit.search.retriever import BM25, Dense, Fusion, Hybrid
+    from embedkit.search.retriever import BM25, Dense, Fusion, Hybrid, Sparse
+    from embedkit.search.sparse import SparseRetrieval

@@ -14,6 +14,7 @@ from embedkit.data.trec import ranked
 from embedkit.encode.cache import cached_corpus_embeddings
 from embedkit.encode.executor import ShardExecutor
 from embedkit.encode.folder import EmbeddingsFolder
+from embedkit.errors import EmbedkitError
 from embedkit.index import check_factory
 from embedkit.index.faiss_helpers import BuildSettings
 from embedkit.index.faiss_index import Index
@@ -59,6 +60,10 @@ class DenseRetrieval:
         cache_dir: str | Path | None = None,
         executor: ShardExecutor | None = None,
     ) -> None:
+        if getattr(model, "kind", "dense") == "sparse":
+            raise EmbedkitError(
+                f"'{model.name}' is a sparse model (SparseEncoder); search it with --retriever splade", field="model"
+            )
         self.model = model
         self.executor = executor
         self.spec = (spec or Dense()).check()

@@ -1,4 +1,5 @@
-"""A first-stage retriever as one typed value: ``Dense``, ``BM25`` or ``Hybrid`` (both, fused).
+"""A first-stage retriever as one typed value: ``Dense``, ``BM25``, ``Sparse`` (``splade``) or ``Hybrid`` (dense and
+BM25, fused).
 
 The CLI builds it from its flags, ``embedkit.evaluate`` takes it, the reproduction YAML writes it under
 ``retriever:`` with the same field names, and a report records it as ``to_dict`` gives it, so
@@ -23,6 +24,8 @@ MAX_BM25_K1 = 1000.0
 MAX_RRF_K = 1_000_000
 MAX_FUSION_WEIGHT = 1e6
 BM25_BACKENDS = ("bm25s", "pyserini")
+SPARSE_INDEXES = ("exact", "impact")
+MAX_QUANTIZATION = 1e6  # Lucene stores an impact as a 32-bit integer: weights above ~2000 times this overflow
 
 
 def _choose(value: str, choices: tuple[str, ...], name: str) -> None:
@@ -67,6 +70,21 @@ class BM25:
 
 
 @dataclass(frozen=True)
+class Sparse:
+    """A learned sparse model's vectors (SPLADE, CSR) in an ``exact`` index (sparse products, the reference) or a
+    Lucene ``impact`` index (pyserini's layout; weights quantised ``round(w · quantization)``)."""
+
+    index: str = "exact"
+    quantization: float = 100.0
+    type: ClassVar[str] = "splade"
+
+    def check(self) -> Sparse:
+        _choose(self.index, SPARSE_INDEXES, "index")
+        check_number(self.quantization, "quantization", minimum=1, maximum=MAX_QUANTIZATION)
+        return self
+
+
+@dataclass(frozen=True)
 class Fusion:
     """Reciprocal-rank fusion, or interpolation of min-max normalised scores (``weights`` for dense, bm25)."""
 
@@ -103,8 +121,8 @@ class Hybrid:
         return self
 
 
-Retriever = Union[Dense, BM25, Hybrid]
-KINDS: dict[str, type] = {"dense": Dense, "bm25": BM25, "hybrid": Hybrid}
+Retriever = Union[Dense, BM25, Sparse, Hybrid]
+KINDS: dict[str, type] = {"dense": Dense, "bm25": BM25, "splade": Sparse, "hybrid": Hybrid}
 
 
 def to_dict(retriever: Retriever) -> dict[str, Any]:
@@ -145,7 +163,7 @@ def from_dict(values: Any, path: Any = None, name: str = "retriever") -> Retriev
 
 def retriever_of(value: Retriever | str | dict) -> Retriever:
     """A spec from a spec, a type name or a mapping."""
-    if isinstance(value, (Dense, BM25, Hybrid)):
+    if isinstance(value, (Dense, BM25, Sparse, Hybrid)):
         return value.check()
     return from_dict(value)
 

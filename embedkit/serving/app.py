@@ -21,6 +21,7 @@ from embedkit.serving.bodies import EmbeddingsRequest, SearchRequest
 from embedkit.serving.engine import Engine
 from embedkit.serving.errors import BodyLimit, RequestError, install_error_handlers
 from embedkit.serving.settings import ServeSettings, is_loopback
+from embedkit.sparse import SparseRows
 
 
 def create_app(engine: Engine, settings: ServeSettings) -> FastAPI:
@@ -77,7 +78,12 @@ def create_app(engine: Engine, settings: ServeSettings) -> FastAPI:
             if dimensions != engine.model.dim:
                 raise RequestError("dimensions", f"the model gives {engine.model.dim} dimensions, not {dimensions}")
         vectors, tokens = await answer(texts, None, names, "input")
-        if request.encoding_format == "base64":  # OpenAI's: little-endian float32 bytes
+        if isinstance(vectors, SparseRows):  # a sparse model: each text's non-zero dimensions and their weights
+            if request.encoding_format != "float":
+                raise RequestError("encoding_format", "a sparse model's vectors are given as 'float' only")
+            rows = [vectors.row(i) for i in range(len(texts))]
+            encoded = [{"indices": indices.tolist(), "values": values.tolist()} for indices, values in rows]
+        elif request.encoding_format == "base64":  # OpenAI's: little-endian float32 bytes
             encoded = [base64.b64encode(row.astype("<f4").tobytes()).decode("ascii") for row in vectors]
         else:
             encoded = [row.tolist() for row in vectors]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from embedkit.errors import EmbedkitError
 from embedkit.serving.engine import Engine
 
 
@@ -25,7 +26,18 @@ def load_engine(
     from embedkit.data.beir import load_dataset
     from embedkit.index.partitioned import load_index
     from embedkit.models.loading import load_model_from_settings
+    from embedkit.search.sparse import open_sparse_index
 
+    sparse = open_sparse_index(index)
+    if sparse is not None:
+        from embedkit.serving.sparse_engine import SparseEngine
+
+        if nprobe is not None or ef_search is not None:
+            raise EmbedkitError("--nprobe and --ef-search search a FAISS index, not a sparse one", field="--nprobe")
+        data = load_dataset(dataset, data_dir=data_dir) if dataset is not None else None
+        recorded = sparse.settings if hasattr(sparse, "settings") else sparse.meta["settings"]
+        model = load_model_from_settings(recorded, **runtime)
+        return SparseEngine(model, sparse, data, snippet_chars=snippet_chars, index_path=index)
     opened = load_index(index)
     if nprobe is not None or ef_search is not None:
         opened.set_search_params(nprobe=nprobe, ef_search=ef_search)

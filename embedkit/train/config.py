@@ -9,7 +9,8 @@ from embedkit.models.options import DTYPE_NAMES
 from embedkit.training.config import MAX_BATCH_SIZE, MAX_STEPS, RunConfig
 from embedkit.validation import check_number
 
-OBJECTIVES = ("supervised", "simcse", "cropping", "cross-encoder")
+OBJECTIVES = ("supervised", "simcse", "cropping", "cross-encoder", "splade", "splade-inference-free", "csr")
+SPARSE_OBJECTIVES = ("splade", "splade-inference-free", "csr")
 BI_ENCODER_LOSSES = ("infonce", "distill")
 CROSS_ENCODER_LOSSES = ("bce", "listnet", "lambdaloss")
 MIN_TEMPERATURE, MAX_TEMPERATURE = 1e-4, 100.0
@@ -41,6 +42,12 @@ class TrainConfig(RunConfig):
     soup_last: int | None = None  # save the uniform average of the last N checkpoints
     keep_checkpoints: bool = False  # keep every checkpoint's weights in OUTPUT/checkpoints (for soups and merges)
     merge_with_base: float | str | None = None  # interpolate with the starting model: alpha in [0, 1], or "auto"
+    flops_query_weight: float = 5e-5  # SPLADE's FLOPS regularisation of query vectors (sentence-transformers' default)
+    flops_document_weight: float = 3e-5  # ... and of document vectors
+    query_learning_rate: float = 1e-3  # the inference-free query table's learning rate
+    csr_k: int = 96  # latents kept per vector by the sparse auto-encoder (csr)
+    csr_beta: float = 0.1  # weight of CSR's auxiliary reconstruction loss
+    csr_gamma: float = 1.0  # weight of CSR's ranking loss
 
     def __post_init__(self) -> None:
         if self.loss is None:
@@ -61,11 +68,17 @@ class TrainConfig(RunConfig):
     def cross_encoder(self) -> bool:
         return self.objective == "cross-encoder"
 
+    @property
+    def sparse(self) -> bool:
+        return self.objective in SPARSE_OBJECTIVES
+
     def check(self) -> None:
         if self.objective not in OBJECTIVES:
             raise EmbedkitError(f"unknown objective '{self.objective}' ({' | '.join(OBJECTIVES)})", field="objective")
         if self.objective == "supervised" and not (self.data or self.dataset):
             raise EmbedkitError("supervised training needs --data (JSONL) or --dataset (BEIR qrels)", field="data")
+        if self.sparse and not self.data:
+            raise EmbedkitError(f"{self.objective} learns from query, positive, negatives: --data", field="data")
         if self.cross_encoder and not self.data:
             raise EmbedkitError("a cross-encoder learns from negatives: --data (from 'embedkit mine')", field="data")
         if self.objective in ("simcse", "cropping") and not self.dataset:
@@ -96,6 +109,19 @@ class TrainConfig(RunConfig):
         for i, dim in enumerate(self.matryoshka_dims):
             check_number(dim, f"matryoshka_dims[{i}]", minimum=1, maximum=MAX_DIM)
         self._check_weights()
+        self._check_sparse()
+
+    def _check_sparse(self) -> None:
+        """The sparse objectives' settings; the dense-only ones refused."""
+        for name in ("flops_query_weight", "flops_document_weight", "csr_beta", "csr_gamma"):
+            check_number(getattr(self, name), name, minimum=0, maximum=MAX_TEMPERATURE)
+        check_number(self.query_learning_rate, "query_learning_rate", minimum=0, maximum=1)
+        check_number(self.csr_k, "csr_k", minimum=1, maximum=MAX_DIM)
+        if not self.sparse:
+            return
+        for name in ("matryoshka_dims", "mini_batch_size", "soup_last", "merge_with_base", "transfer_datasets"):
+            if getattr(self, name) not in (None, [], False):
+                raise EmbedkitError(f"a dense bi-encoder setting; not for {self.objective} (yet)", field=name)
 
     def _check_weights(self) -> None:
         """Transfer, soups and merges: bi-encoder settings; an automatic alpha is chosen on the dev set."""

@@ -32,6 +32,7 @@ from embedkit.train.data import QUERY_ID, beir_pairs, carve_dev, load_jsonl_exam
 from embedkit.train.losses import build_loss
 from embedkit.train.merge import auto_alpha, interpolate, keep_checkpoints, soup_of_checkpoints, state_of
 from embedkit.train.merge_settings import ALPHA_RULE
+from embedkit.train.sparse import build_sparse_model, sparse_arguments, sparse_loss
 from embedkit.train.unsupervised import cropping_pairs, simcse_pairs
 from embedkit.training.arguments import shared_training_arguments
 from embedkit.training.evaluator import RerankEvaluator, RetrievalEvaluator
@@ -52,7 +53,7 @@ RERANK_DEV_DEPTH = 30  # BM25 hits per dev query a cross-encoder reranks during 
 
 def training_data(config: TrainConfig) -> datasets.Dataset:
     """The examples the config names: a JSONL file, a BEIR split's qrels pairs, or pairs made from a raw corpus."""
-    if config.data and config.objective in ("supervised", "cross-encoder"):
+    if config.data and (config.objective in ("supervised", "cross-encoder") or config.sparse):
         return load_jsonl_examples(
             config.data,
             config.num_negatives,
@@ -95,6 +96,11 @@ def training_arguments(config: TrainConfig, checkpoints: Path) -> Any:
         }
     if config.cross_encoder:
         return CrossEncoderTrainingArguments(**arguments, disable_tqdm=False)
+    if config.sparse:
+        from sentence_transformers.sparse_encoder import SparseEncoderTrainingArguments
+
+        extra = {"batch_sampler": BatchSamplers.NO_DUPLICATES, "disable_tqdm": False, **sparse_arguments(config)}
+        return SparseEncoderTrainingArguments(**arguments, **extra)
     sampler = BatchSamplers.NO_DUPLICATES if config.objective == "supervised" else BatchSamplers.BATCH_SAMPLER
     return SentenceTransformerTrainingArguments(**arguments, batch_sampler=sampler, disable_tqdm=False)
 
@@ -135,6 +141,9 @@ def _dev_evaluator(config: TrainConfig, dev_ids: list[str] | None) -> Any:
 
 def _model_and_loss(config: TrainConfig, examples: datasets.Dataset, world_size: int) -> tuple[Any, Any, Any, dict]:
     """(network, loss, examples as the loss reads them, what the network started from)."""
+    if config.sparse:
+        network, started = build_sparse_model(config.objective, config.model, config.max_length, config.csr_k)
+        return network, sparse_loss(config, network), examples, started
     if config.cross_encoder:
         network, started = load_cross_encoder(config.model, config.max_length)
         negatives = len(negative_columns(examples))
@@ -155,6 +164,14 @@ def _model_and_loss(config: TrainConfig, examples: datasets.Dataset, world_size:
     return model.st, loss, examples, model.settings
 
 
+def trainer_class(config: TrainConfig) -> Any:
+    if config.sparse:
+        from sentence_transformers.sparse_encoder import SparseEncoderTrainer
+
+        return SparseEncoderTrainer
+    return CrossEncoderTrainer if config.cross_encoder else SentenceTransformerTrainer
+
+
 def _train_run(config: TrainConfig, run: TrainingRun, args: Any) -> Path:
     examples, dev_ids = training_data(config), None
     if config.dev_fraction:
@@ -168,12 +185,12 @@ def _train_run(config: TrainConfig, run: TrainingRun, args: Any) -> Path:
     main = args.process_index == 0  # the base model is scored once, by the process that writes the record
     base_transfer = transfer_scores(transfers, lambda watch: watch.score(network)) if main else None
     watching = [watch for watch in (evaluator, *transfers) if watch is not None]
-    trainer_class = CrossEncoderTrainer if config.cross_encoder else SentenceTransformerTrainer
-    trainer = trainer_class(
+    trainer = trainer_class(config)(
         model=network,
         args=args,
         train_dataset=rows,
-        loss=loss,
+        loss=loss[0] if config.sparse else loss,
+        callbacks=loss[1] if config.sparse else None,
         evaluator=SequentialEvaluator(watching) if len(watching) > 1 else next(iter(watching), None),
     )
     result = trainer.train(resume_from_checkpoint=run.resume_from)
@@ -189,7 +206,7 @@ def _train_run(config: TrainConfig, run: TrainingRun, args: Any) -> Path:
         "config": asdict(config),
         "base_model": started,
         "data": config.data or f"{config.dataset} ({config.objective}, split {config.train_split})",
-        "loss": type(loss).__name__,
+        "loss": type(loss[0] if config.sparse else loss).__name__,
         "teacher": described.get("teacher"),
         "examples": len(examples),
         "training_rows": len(rows),
@@ -218,7 +235,8 @@ def _train_run(config: TrainConfig, run: TrainingRun, args: Any) -> Path:
     }
     if config.eval_dataset and not config.cross_encoder:
         options = EvaluateOptions(data_dir=config.data_dir)
-        report = evaluate(load_model(staging), config.eval_dataset, config.eval_split, options=options)
+        retriever = "splade" if config.sparse else "dense"
+        report = evaluate(load_model(staging), config.eval_dataset, config.eval_split, retriever, options=options)
         record["evaluation"] = {
             "dataset": config.eval_dataset,
             "split": config.eval_split,

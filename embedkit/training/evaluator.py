@@ -24,6 +24,7 @@ from embedkit.protocols import Run
 from embedkit.reranking.reranker import CrossEncoderReranker
 from embedkit.reranking.settings import RerankSettings
 from embedkit.search.bm25 import bm25_searcher
+from embedkit.sparse import SparseRows
 
 
 class RetrievalEvaluator(BaseEvaluator):
@@ -59,9 +60,11 @@ class RetrievalEvaluator(BaseEvaluator):
 
     def run(self, encode_queries: Any, encode_documents: Any) -> Run:
         """Exact inner-product top-k of every dev query with the given encoders (texts -> float32 rows)."""
-        queries = np.asarray(encode_queries(list(self.queries.values())), dtype=np.float32)
-        documents = np.asarray(encode_documents(self.doc_texts), dtype=np.float32)
-        scores = queries @ documents.T
+        queries, documents = encode_queries(list(self.queries.values())), encode_documents(self.doc_texts)
+        if isinstance(queries, SparseRows):  # a sparse model's vectors: a sparse product, never a dense vocabulary
+            scores = (queries.to_scipy() @ documents.to_scipy().T).toarray().astype(np.float32)
+        else:
+            scores = np.asarray(queries, dtype=np.float32) @ np.asarray(documents, dtype=np.float32).T
         depth = min(self.k, len(self.doc_ids))
         top = np.argsort(-scores, axis=1, kind="stable")[:, :depth]
         return {
@@ -76,11 +79,18 @@ class RetrievalEvaluator(BaseEvaluator):
     def score(self, model: Any) -> dict[str, float]:
         """The metrics of a sentence-transformers model, unprefixed and kept out of its model card (a merge scores
         many candidate weights; only the one kept belongs in the card)."""
+        sparse = type(model).__name__ == "SparseEncoder"
+        options = {"convert_to_sparse_tensor": True} if sparse else {"convert_to_numpy": True}
+
+        def encoder(encode: Any) -> Any:
+            def run(texts: list[str]) -> Any:
+                vectors = encode(texts, batch_size=self.batch_size, **options)
+                return SparseRows.from_torch(vectors) if sparse else vectors
+
+            return run
+
         with torch.inference_mode(), autocast(str(model.device), effective_dtype(str(model.device), self.dtype)):
-            run = self.run(
-                lambda texts: model.encode_query(texts, batch_size=self.batch_size, convert_to_numpy=True),
-                lambda texts: model.encode_document(texts, batch_size=self.batch_size, convert_to_numpy=True),
-            )
+            run = self.run(encoder(model.encode_query), encoder(model.encode_document))
         return self.metrics(run)
 
     def __call__(self, model: Any, output_path: str | None = None, epoch: int = -1, steps: int = -1) -> dict:

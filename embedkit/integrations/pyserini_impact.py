@@ -1,0 +1,124 @@
+"""A Lucene impact index of learned sparse vectors, in pyserini's own layout, so ``LuceneImpactSearcher`` opens it as
+it opens the indexes behind pyserini's published SPLADE conditions.
+
+- Weights are quantised by embedkit (``round(w · factor)``, pyserini's SPLADE corpora use ×100): Anserini truncates a
+  float weight, and a weight that rounds to 0 is dropped. A document left with no term is not indexed by Lucene; its
+  id is recorded (``empty_documents`` in ``meta.json``), so the count of indexed documents is explained.
+- Terms are the tokenizer's words (``SparseModel.token_names``), as pyserini's pre-encoded corpora name them.
+- Search goes through Anserini's ``SimpleImpactSearcher`` with each query's own quantised vector; Lucene sums
+  integer products, so scores equal the exact sparse product of the quantised vectors. Hits are fetched a little
+  deeper than ``k`` and cut in ``TIE_BREAK`` order, since Lucene breaks ties by its internal document order.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from embedkit.data.trec import ranked
+from embedkit.errors import EmbedkitError
+from embedkit.integrations.pyserini import is_lucene_index, start_jvm, versions
+from embedkit.outputs import check_output_folder, commit_folder, output_lock, recover
+from embedkit.sparse import SparseRows
+from embedkit.storage import NEW_MARK, read_json, write_json
+from embedkit.validation import check_whole
+
+IMPACT_KIND = "sparse-index"
+FORMAT = f"embedkit.{IMPACT_KIND}/1"
+QUANTIZATION = 100
+DEPTH_MARGIN = 10  # hits fetched beyond k, so documents tied at the k-th score are all seen
+
+
+def write_collection(path: Path, doc_ids: Sequence[str], rows: SparseRows, names: Any) -> list[str]:
+    """pyserini's ``JsonVectorCollection`` file of quantised rows; returns the ids of documents left empty."""
+    empty = []
+    with open(path, "w", encoding="utf-8") as handle:
+        for i, doc_id in enumerate(doc_ids):
+            indices, values = rows.row(i)
+            if not len(indices):
+                empty.append(doc_id)
+                continue
+            vector = dict(zip(names(indices), (int(v) for v in values), strict=True))
+            handle.write(json.dumps({"id": doc_id, "contents": "", "vector": vector}) + "\n")
+    return empty
+
+
+def build_impact_index(
+    folder: str | Path,
+    doc_ids: Sequence[str],
+    rows: SparseRows,
+    names: Any,
+    settings: dict[str, Any],
+    *,
+    quantization: float = QUANTIZATION,
+    overwrite: bool = False,
+    threads: int = 1,
+) -> Path:
+    """Build the index in a folder beside ``folder`` and swap it in whole; ``names`` maps dimensions to terms."""
+    folder = Path(folder).absolute()
+    quantised = rows.quantized(quantization)
+    with output_lock(folder):
+        recover(folder)
+        check_output_folder(folder, IMPACT_KIND, overwrite)
+        start_jvm()
+        from jnius import autoclass
+
+        work = folder.parent / f".{folder.name}{NEW_MARK}{secrets.token_hex(4)}"
+        (work / "collection").mkdir(parents=True)
+        try:
+            empty = write_collection(work / "collection" / "vectors.jsonl", doc_ids, quantised, names)
+            args = ["-collection", "JsonVectorCollection", "-input", str(work / "collection"), "-index"]
+            args += [str(work / "index"), "-generator", "DefaultLuceneDocumentGenerator", "-threads", str(threads)]
+            autoclass("io.anserini.index.IndexCollection").main([*args, "-impact", "-pretokenized", "-quiet"])
+            write_json(work / "index" / "meta.json", {
+                "format": FORMAT,
+                "engine": "lucene-impact",
+                "documents": len(doc_ids),
+                "indexed": len(doc_ids) - len(empty),
+                "empty_documents": empty,
+                "quantization": quantization,
+                "nnz": quantised.nnz,
+                "settings": settings,
+                **versions(),
+            })  # fmt: skip
+            commit_folder(work / "index", folder)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    return folder
+
+
+class LuceneImpact:
+    """Searches an impact index with sparse query vectors (quantised as its documents were)."""
+
+    def __init__(self, folder: str | Path, threads: int = 1) -> None:
+        self.folder = Path(folder)
+        meta = read_json(self.folder / "meta.json", "index metadata") if (self.folder / "meta.json").is_file() else {}
+        if not (isinstance(meta, dict) and meta.get("engine") == "lucene-impact" and is_lucene_index(self.folder)):
+            raise EmbedkitError("not an embedkit Lucene impact index", path=self.folder, field="--index")
+        self.meta, self.threads = meta, threads
+        start_jvm()
+        from jnius import autoclass
+
+        self.searcher = autoclass("io.anserini.search.SimpleImpactSearcher")(str(self.folder))
+
+    def search(self, query_ids: Sequence[str], rows: SparseRows, names: Any, k: int) -> dict[str, dict[str, float]]:
+        from jnius import autoclass
+
+        check_whole(k, "k", minimum=1)
+        quantised = rows.quantized(self.meta["quantization"])
+        vectors, ids = autoclass("java.util.ArrayList")(), autoclass("java.util.ArrayList")()
+        hashmap, integer = autoclass("java.util.HashMap"), autoclass("java.lang.Integer")
+        for i, query_id in enumerate(query_ids):
+            indices, values = quantised.row(i)
+            vector = hashmap()
+            for term, value in zip(names(indices), values, strict=True):
+                vector.put(term, integer(int(value)))
+            vectors.add(vector)
+            ids.add(query_id)
+        found = self.searcher.batch_search(vectors, ids, int(k) + DEPTH_MARGIN, int(self.threads))
+        hits = {entry.getKey(): entry.getValue() for entry in found.entrySet().toArray()}
+        return {q: dict(ranked({h.docid: float(h.score) for h in hits.get(q, [])})[:k]) for q in query_ids}

@@ -1,0 +1,166 @@
+"""SparseModel: a sentence-transformers ``SparseEncoder`` (SPLADE, inference-free SPLADE, CSR) plus the settings
+that decide its vectors, with the same surface as ``EmbeddingModel`` so a sparse model is a model like any other.
+
+Encoding is sentence-transformers' own ``encode_query``/``encode_document`` (so the vectors are the library's, bit
+for bit), taken a chunk of texts at a time and kept as ``SparseRows``: never a dense ``[texts, vocabulary]`` array.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from embedkit.models.reference import weights_sha256
+from embedkit.sparse import SparseRows
+from embedkit.storage import read_json
+from embedkit.validation import check_text, check_texts
+
+SPARSE_MODEL_TYPE = "SparseEncoder"
+CHUNK = 256  # texts per call into the library: bounds the sparse tensors held at once
+
+
+def is_sparse_folder(path: Path) -> bool:
+    """A folder sentence-transformers saved from a ``SparseEncoder`` (``config_sentence_transformers.json``)."""
+    config = path / "config_sentence_transformers.json"
+    found = read_json(config) if config.is_file() else {}
+    return isinstance(found, dict) and found.get("model_type") == SPARSE_MODEL_TYPE
+
+
+def sparse_kind(network: Any) -> str:
+    """``splade``, ``splade-inference-free`` (a query route that only looks tokens up) or ``csr`` (a sparse
+    auto-encoder over a dense model's vector), from the modules of the stack."""
+    names = {type(module).__name__ for module in network.modules()}
+    if "Router" in names:
+        return "splade-inference-free"
+    if "SparseAutoEncoder" in names:
+        return "csr"
+    return "splade"
+
+
+class SparseModel:
+    """Encodes queries and documents to ``SparseRows`` with recorded settings; ``.st`` is the ``SparseEncoder``."""
+
+    kind = "sparse"
+
+    def __init__(
+        self,
+        st: Any,
+        *,
+        name: str,
+        local_path: Path | None,
+        revision: str | None,
+        query_prompt: str,
+        document_prompt: str,
+        dtype: str,
+        device: str,
+        max_active_dims: int | None = None,
+        batch_size: int = 32,
+    ) -> None:
+        self.st, self.name, self.local_path, self.revision = st, name, local_path, revision
+        self.query_prompt, self.document_prompt = query_prompt, document_prompt
+        self.dtype, self.device = dtype, device
+        self.max_active_dims, self.batch_size = max_active_dims, batch_size
+
+    @property
+    def max_length(self) -> int | None:
+        length = self.st.max_seq_length
+        return None if length is None else int(length)
+
+    @cached_property
+    def dim(self) -> int:
+        """Dimensions of the vectors (a vocabulary, or the auto-encoder's latents), read from the output of one
+        text: the stack's own ``get_embedding_dimension`` names the transformer's width until a first forward."""
+        return int(self.st.encode_document(["dimension"], convert_to_sparse_tensor=True).shape[1])
+
+    @cached_property
+    def weights_sha256(self) -> str | None:
+        return None if self.local_path is None else weights_sha256(self.local_path)
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        """Everything that changes the vectors, as recorded in manifests, indexes and reports."""
+        return {
+            "model": self.name,
+            "revision": self.revision,
+            "weights_sha256": self.weights_sha256,
+            "kind": self.kind,
+            "sparse_kind": sparse_kind(self.st),
+            "query_prompt": self.query_prompt,
+            "document_prompt": self.document_prompt,
+            "max_length": self.max_length,
+            "max_active_dims": self.max_active_dims,
+            "dtype": self.dtype,
+            "dim": self.dim,
+            "similarity": "dot",
+        }
+
+    def _encode(self, texts: list[str], query: bool, progress: Any = None) -> SparseRows:
+        from embedkit.models.device import autocast
+
+        encode = self.st.encode_query if query else self.st.encode_document
+        prompt = self.query_prompt if query else self.document_prompt
+        parts = []
+        with autocast(self.device, self.dtype):
+            for start in range(0, len(texts), CHUNK):
+                vectors = encode(
+                    texts[start : start + CHUNK],
+                    prompt=prompt or None,
+                    batch_size=self.batch_size,
+                    convert_to_sparse_tensor=True,
+                    max_active_dims=self.max_active_dims,
+                )
+                parts.append(SparseRows.from_torch(vectors))
+                if progress is not None:
+                    progress.update(len(parts[-1]))
+        return SparseRows.vstack(parts, self.dim)
+
+    def encode_queries(self, queries: Sequence[str], **kwargs: Any) -> SparseRows:
+        """Query vectors (a list of strings; an empty list gives no rows)."""
+        return self._encode(check_texts(queries, "queries"), query=True)
+
+    def encode_documents(self, documents: Sequence[str], **kwargs: Any) -> SparseRows:
+        return self._encode(check_texts(documents, "documents"), query=False, progress=kwargs.get("progress"))
+
+    def encode_corpus(self, corpus: Any, **kwargs: Any) -> SparseRows:
+        from embedkit.models.embedding_model import corpus_texts
+
+        return self._encode(corpus_texts(corpus), query=False)
+
+    def token_names(self, indices: Sequence[int]) -> list[str]:
+        """The vocabulary's words for these dimensions (a CSR latent is named ``c<index>``)."""
+        if sparse_kind(self.st) == "csr":
+            return [f"c{i}" for i in indices]
+        return self.st.tokenizer.convert_ids_to_tokens([int(i) for i in indices])
+
+    def __repr__(self) -> str:
+        return f"SparseModel({self.settings})"
+
+
+def load_sparse(name: str, path: Path | None, revision: str | None, *, device: str, dtype: str, **options: Any):
+    """A ``SparseEncoder`` folder or Hub name as a ``SparseModel`` (prompts and max length the folder's own unless
+    given)."""
+    from sentence_transformers.sparse_encoder import SparseEncoder
+
+    from embedkit.models.options import check_max_length
+
+    network = SparseEncoder(str(path) if path is not None else name, device=device, revision=revision)
+    if options.get("max_length") is not None:
+        check_max_length(options["max_length"], network.max_seq_length or options["max_length"], path=path)
+        network.max_seq_length = options["max_length"]
+    prompts = getattr(network, "prompts", {}) or {}
+    query_prompt, document_prompt = options.get("query_prompt"), options.get("document_prompt")
+    for prompt, where in ((query_prompt, "query_prompt"), (document_prompt, "document_prompt")):
+        check_text(prompt, None, None, where, required=False)
+    return SparseModel(
+        network,
+        name=name,
+        local_path=path,
+        revision=revision,
+        query_prompt=prompts.get("query", "") if query_prompt is None else query_prompt,
+        document_prompt=prompts.get("document", "") if document_prompt is None else document_prompt,
+        dtype=dtype,
+        device=device,
+        max_active_dims=options.get("max_active_dims"),
+    )

@@ -1,0 +1,67 @@
+"""``SparseEngine``: the serving engine over a sparse model's index (exact or Lucene impact).
+
+The same batches as ``Engine``: every text of a batch encoded in one ``encode_queries`` call, each request searched
+at its own ``k`` with the library's ``sparse_search`` path, so the answers are the library's; embeddings are the
+queries' sparse vectors (``{"indices", "values"}`` per text, as text-embeddings-inference's ``/embed_sparse`` gives).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from embedkit.errors import EmbedkitError
+from embedkit.index.sparse_exact import SparseExactIndex
+from embedkit.search.sparse import check_sparse_model
+from embedkit.serving.engine import Engine
+from embedkit.validation import check_texts, check_whole
+
+
+class SparseEngine(Engine):
+    def __init__(self, model: Any, index: Any, dataset: Any = None, snippet_chars: int = 300, index_path=None) -> None:
+        check_sparse_model(model)
+        recorded = index.settings if isinstance(index, SparseExactIndex) else index.meta["settings"]
+        if recorded.get("weights_sha256") != model.settings.get("weights_sha256"):
+            raise EmbedkitError("is not the model this sparse index was built with (weights differ)", field="--model")
+        self.model, self.index, self.dataset, self.snippet_chars = model, index, dataset, snippet_chars
+        self.index_path = None if index_path is None else str(Path(index_path).resolve())
+        self.model_settings = model.settings
+
+    def describe(self) -> dict[str, Any]:
+        exact = isinstance(self.index, SparseExactIndex)
+        count = len(self.index) if exact else self.index.meta["documents"]
+        engine = "exact" if exact else "lucene-impact"
+        return {
+            "index": {"path": self.index_path, "engine": engine, "count": count, "dim": self.model.dim},
+            "model": {**self.model_settings, "device": self.model.device},
+            "dataset": None if self.dataset is None else {"name": self.dataset.name, "path": str(self.dataset.path)},
+        }
+
+    def process(self, work: list[tuple[list[str], int | None]]) -> list[Any]:
+        texts = check_texts([text for request_texts, _ in work for text in request_texts], "texts")
+        for _, k in work:
+            check_whole(k, "k", minimum=1)
+        vectors = self.model.encode_queries(texts)
+        results, start = [], 0
+        for request_texts, k in work:
+            rows = vectors.take(range(start, start + len(request_texts)))
+            start += len(request_texts)
+            if k is None:
+                results.append((rows, self.token_count(request_texts)))
+            elif isinstance(self.index, SparseExactIndex):
+                results.append(self._with_documents(self.index.search(rows, k)))
+            else:
+                ids = [str(i) for i in range(len(rows))]
+                found = self.index.search(ids, rows, self.model.token_names, k)
+                results.append(self._with_documents([list(found[i].items()) for i in ids]))
+        return results
+
+    def token_count(self, texts: list[str]) -> int:
+        """Tokens the document tokenizer reads of the texts (after truncation)."""
+        encoded = self.model.st.tokenizer(texts, truncation=True, max_length=self.model.max_length)
+        return int(sum(len(ids) for ids in encoded["input_ids"]))
+
+    def _with_documents(self, found: list[list[tuple[str, float]]]) -> list[list[dict]]:
+        documents = self._documents({doc_id for row in found for doc_id, _ in row})
+        empty = {"title": None, "snippet": None}
+        return [[{"id": d, "score": s, **documents.get(d, empty)} for d, s in row] for row in found]

@@ -1,0 +1,106 @@
+"""Learned sparse encoders through sentence-transformers' ``SparseEncoder`` stack, on the same examples as the dense
+fine-tune (``anchor, positive, negative_1..n``):
+
+- ``splade``: the start model with a masked-language-model head and SPLADE max pooling, ``SpladeLoss`` (in-batch and
+  hard negatives, FLOPS regularisation of queries and documents, its weights warmed up quadratically by
+  sentence-transformers' scheduler callback);
+- ``splade-inference-free``: documents through that head, queries only looked up (``SparseStaticEmbedding`` under a
+  ``Router``), so a query costs what BM25's does; only documents are regularised;
+- ``csr``: a sparse auto-encoder (top-k latents) on the start model's own dense vector, ``CSRLoss``.
+
+A start model without an MLM head (all-MiniLM-L6-v2, the default) gets one initialised by transformers: the decoder
+tied to the word embeddings (as BERT's is), the transform and bias new; ``head_record`` says which tensors were new.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from embedkit.errors import EmbedkitError
+from embedkit.models.reference import resolve_model
+
+SPARSE_OBJECTIVES = ("splade", "splade-inference-free", "csr")
+QUERY_WEIGHTS = r"sub_modules\.query\.0\.weight"  # the inference-free query table's parameter (sentence-transformers 6)
+
+
+def head_record(path: Path) -> dict[str, Any]:
+    """What the start checkpoint lacked of an MLM head (initialised, not loaded)."""
+    from safetensors import safe_open
+
+    files = sorted(path.glob("*.safetensors"))
+    names: set[str] = set()
+    for file in files:
+        with safe_open(str(file), "pt") as handle:
+            names |= set(handle.keys())
+    has_head = any(name.startswith(("cls.", "lm_head.")) for name in names)
+    new = "the MLM head: decoder tied to the word embeddings, transform and bias new"
+    return {"start_has_mlm_head": has_head, "initialised": None if has_head else new}
+
+
+def _splade_document_modules(path: str, max_length: int | None) -> list[Any]:
+    from sentence_transformers.sparse_encoder.modules import SpladePooling, Transformer
+
+    limit = {"model_max_length": max_length} if max_length else {}
+    return [Transformer(path, transformer_task="fill-mask", processor_kwargs=limit), SpladePooling("max")]
+
+
+def build_sparse_model(objective: str, model: str | None, max_length: int | None, csr_k: int) -> tuple[Any, dict]:
+    """The network to train and what it started from (a SparseEncoder folder is trained further as it is)."""
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sparse_encoder import SparseEncoder
+    from sentence_transformers.sparse_encoder.modules import Router, SparseAutoEncoder, SparseStaticEmbedding
+
+    from embedkit.models.sparse_model import is_sparse_folder
+
+    reference = resolve_model(model, None)
+    path = str(reference.path)
+    started: dict[str, Any] = {"model": reference.name, "objective": objective}
+    if reference.path.is_dir() and is_sparse_folder(reference.path):
+        network = SparseEncoder(path)
+        if max_length:
+            network.max_seq_length = max_length
+        return network, started | {"continued": True}
+    if objective == "csr":
+        dense = SentenceTransformer(path)
+        if max_length:
+            dense.max_seq_length = max_length
+        dim = dense.get_embedding_dimension()
+        latent = SparseAutoEncoder(dim, hidden_dim=4 * dim, k=csr_k, k_aux=2 * csr_k)
+        return SparseEncoder(modules=[*dense, latent]), started | {"hidden_dim": 4 * dim, "k": csr_k}
+    documents = _splade_document_modules(path, max_length)
+    started |= head_record(reference.path) if reference.path.is_dir() else {}
+    if objective == "splade":
+        return SparseEncoder(modules=documents, similarity_fn_name="dot"), started
+    queries = SparseStaticEmbedding(documents[0].tokenizer, frozen=False)  # every word weighs 1 until trained
+    router = Router.for_query_document(query_modules=[queries], document_modules=documents)
+    return SparseEncoder(modules=[router], similarity_fn_name="dot"), started | {"query_weights_start": 1.0}
+
+
+def sparse_loss(config: Any, network: Any) -> tuple[Any, list[Any]]:
+    """The loss of ``config.objective`` and the callbacks it needs."""
+    from sentence_transformers.sparse_encoder import losses
+    from sentence_transformers.sparse_encoder.callbacks import SpladeRegularizerWeightSchedulerCallback
+
+    if config.loss != "infonce":
+        raise EmbedkitError(f"the sparse objectives train with infonce, not {config.loss}", field="loss")
+    ranking = losses.SparseMultipleNegativesRankingLoss(network)  # scale 1: sparse dot products are large already
+    if config.objective == "csr":
+        return losses.CSRLoss(network, loss=ranking, beta=config.csr_beta, gamma=config.csr_gamma), []
+    inference_free = config.objective == "splade-inference-free"
+    loss = losses.SpladeLoss(
+        network,
+        ranking,
+        document_regularizer_weight=config.flops_document_weight,
+        query_regularizer_weight=0.0 if inference_free else config.flops_query_weight,
+        use_document_regularizer_only=inference_free,
+    )
+    return loss, [SpladeRegularizerWeightSchedulerCallback(loss)]
+
+
+def sparse_arguments(config: Any) -> dict[str, Any]:
+    """Trainer arguments only the inference-free model needs: the query column takes the query route (the others
+    the router's default, documents), and the query table has its own learning rate."""
+    if config.objective != "splade-inference-free":
+        return {}
+    return {"router_mapping": {"anchor": "query"}, "learning_rate_mapping": {QUERY_WEIGHTS: config.query_learning_rate}}
