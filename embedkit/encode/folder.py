@@ -6,6 +6,7 @@ Light on purpose (numpy, no model): ``embedkit index`` and the index builders re
 from __future__ import annotations
 
 import contextlib
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -215,7 +216,7 @@ def load_sparse_rows(path: Path, dim: int) -> SparseRows:
     try:
         with np.load(path, allow_pickle=False) as arrays:
             return SparseRows(arrays["indptr"], arrays["indices"], arrays["values"], dim)
-    except (ValueError, KeyError, EOFError, OSError) as err:
+    except (ValueError, KeyError, EOFError, OSError, zipfile.BadZipFile) as err:
         raise EmbedkitError(f"not a readable sparse shard ({str(err).splitlines()[0]})", path=path) from None
 
 
