@@ -30,8 +30,8 @@ def card_section(record: dict[str, Any]) -> str:
         queries = len(record["dev_queries"] or []) or "the dev set's"
         lines += [
             "",
-            f"Dev curve ({queries} queries; the best by nDCG@10 is step {best.get('step')}, "
-            + ("the weights saved are made as below):" if record.get("weights") else "whose weights are saved):"),
+            f"Dev curve ({queries} queries; the best by nDCG@10 is step {best.get('step')}; the weights saved are "
+            + ("made as below):" if record.get("weights") else f"step {best.get('step')}'s, the best by nDCG@10):"),
             "",
             "| step | dev nDCG@10 |",
             "| --- | --- |",
