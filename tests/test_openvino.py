@@ -57,12 +57,12 @@ def test_each_thread_has_its_own_request_and_the_same_vectors(tiny_bert, tmp_pat
     model = load_model(tiny_bert, pooling="mean", backend="openvino")
     texts = [f"text number {i} with some words" for i in range(12)]
     alone = model.encode(texts)
-    seen: list[tuple[int, int]] = []
-    forward = OpenVinoNetwork.forward
+    seen: list[tuple[threading.Thread, object]] = []  # the objects themselves: an id or thread ident of one that is
+    forward = OpenVinoNetwork.forward  # gone can be reused by the next (a thread that ran alone under load)
 
     def recording(self, **features):
         out = forward(self, **features)
-        seen.append((threading.get_ident(), id(self.local.request)))
+        seen.append((threading.current_thread(), self.local.request))
         return out
 
     monkeypatch.setattr(OpenVinoNetwork, "forward", recording)
@@ -72,7 +72,7 @@ def test_each_thread_has_its_own_request_and_the_same_vectors(tiny_bert, tmp_pat
         worker.start()
     for worker in workers:
         worker.join()
-    assert len({ident for ident, _ in seen}) == 2 and len({request for _, request in seen}) == 2
+    assert len({thread for thread, _ in seen}) == 2 and len({id(request) for _, request in seen}) == 2
     for encoded in results.values():
         assert np.allclose(encoded, alone, atol=1e-6)
 
