@@ -26,9 +26,10 @@ def merged_arms(recipe: str, output: Path, folder: Path, cache: Path, score: Cal
     kept = checkpoint_folders(tuned / "checkpoints", complete=False)  # kept without the Trainer's state
     dev = RetrievalEvaluator(load_dataset(folder), "dev", dtype="bfloat16")
     network = load_model(kept[-1]).st
+    states = [state_of(load_model(path).st) for path in kept]  # each checkpoint read once
     soup_dev = {}
     for k in range(2, len(kept) + 1):
-        network.load_state_dict(average([state_of(load_model(path).st) for path in kept[-k:]]))
+        network.load_state_dict(average(states[-k:]))
         soup_dev[k] = dev.score(network)["ndcg_at_10"]
     k = min(size for size, value in soup_dev.items() if value == max(soup_dev.values()))
     soup = tuple(str(path) for path in kept[-k:])

@@ -75,8 +75,7 @@ def search(
     if sparse is not None:
         from embedkit.search.sparse import sparse_search
 
-        recorded = opened.settings if hasattr(opened, "settings") else opened.meta["settings"]
-        embedder = load_model_from_settings(recorded, **given)
+        embedder = load_model_from_settings(opened.settings, **given)
         run, _ = sparse_search(embedder, opened, texts, k, ignore_identical_ids)
         write_run(output, run)
         typer.echo(f"{len(run)} queries searched; run written to {output}")

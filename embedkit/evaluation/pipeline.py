@@ -129,17 +129,16 @@ def evaluate(
         qrels, queries = data.qrels(split), data.split_queries(split)
         described = {**data.describe(), "split": split, "qrels_sha256": data.qrels_sha256(split)}
         absent = check_absent_judged(data, split, options.absent_judged, "absent_judged")
-    dense = None
-    if dense_part(spec) is not None:
+    encoded = None  # the model's part of the retrieval: dense (FAISS) or sparse
+    if dense_part(spec) is not None or isinstance(spec, Sparse):
         with timer("load_model"):
             model = _load_model(model) if model is None or isinstance(model, (str, Path)) else model
-        dense = DenseRetrieval(model, dense_part(spec), cache_dir)
-    if isinstance(spec, Sparse):
-        with timer("load_model"):
-            model = _load_model(model) if model is None or isinstance(model, (str, Path)) else model
-        dense = SparseRetrieval(model, spec, cache_dir)  # the model's path through the pipeline, sparse
+        if isinstance(spec, Sparse):
+            encoded = SparseRetrieval(model, spec, cache_dir)
+        else:
+            encoded = DenseRetrieval(model, dense_part(spec), cache_dir)
     depth = min(int(k), len(data.corpus))  # a k above the corpus size returns the whole corpus
-    runs, retrieval = _retrieve(spec, dense, data, queries, depth, cache_dir, options.ignore_identical_ids, timer)
+    runs, retrieval = _retrieve(spec, encoded, data, queries, depth, cache_dir, options.ignore_identical_ids, timer)
     retrieval["k"] = k
     run = None if isinstance(spec, Hybrid) else runs[spec.type]
     if isinstance(spec, Hybrid):
@@ -165,7 +164,7 @@ def evaluate(
         raise EmbedkitError(f"the {spec.type} run returned no results for any of the {len(queries)} queries")
     with timer("metrics"):
         metrics, per_query = compute_metrics(qrels, run)
-    model_settings = None if dense is None else dense.model.settings
+    model_settings = None if encoded is None else encoded.model.settings
     scored = {
         "dataset": described,
         "model": model_settings,
@@ -195,10 +194,10 @@ def evaluate(
         "absent_judged": absent,
         **data_rules(),
     }
-    if dense is not None:
-        embeddings = dense.embeddings(data)
+    if encoded is not None:
+        embeddings = encoded.embeddings(data)
         report["embeddings_cache"] = {"path": str(embeddings.path), "encoded_shards": embeddings.encoded_shards}
-        report["device"] = dense.model.device
+        report["device"] = encoded.model.device
     if isinstance(spec, Hybrid):
         report["component_metrics"] = {name: compute_metrics(qrels, part)[0] for name, part in runs.items()}
         report["component_recall_curves"] = {name: recall_curve(qrels, part) for name, part in runs.items()}
@@ -208,15 +207,15 @@ def evaluate(
     attachments = []
     if options.harness == "mteb":
         with timer("mteb"):
-            spec_dense = dense.spec
+            spec_dense = encoded.spec
             report["mteb"], write_mteb = evaluate_mteb(
-                dense.model,
+                encoded.model,
                 data,
                 split,
                 factory=spec_dense.factory,
                 metric=spec_dense.metric,
                 search_params={"nprobe": spec_dense.nprobe, "ef_search": spec_dense.ef_search},
-                corpus_cache=dense.embeddings(data),
+                corpus_cache=encoded.embeddings(data),
                 task_name=options.mteb_task,
             )
         attachments.append(write_mteb)
@@ -232,7 +231,7 @@ def evaluate(
 
 def _retrieve(
     spec: Retriever,
-    dense: DenseRetrieval | SparseRetrieval | None,
+    encoded: DenseRetrieval | SparseRetrieval | None,
     data: BeirDataset,
     queries: dict[str, str],
     k: int,
@@ -243,17 +242,18 @@ def _retrieve(
     """The runs the spec needs ("dense", "bm25") and what the report records of how they were made."""
     runs: dict[str, Run] = {}
     retrieval: dict[str, Any] = {"k": k, "ignore_identical_ids": ignore_identical_ids}
-    if dense is not None:
+    if encoded is not None:
         with timer("encode_corpus"):
-            dense.embeddings(data)
+            encoded.embeddings(data)
         with timer("build_index"):
-            index = dense.index(data)
+            index = encoded.index(data)
         with timer("search"):
-            run = dense.search(data, queries, k, ignore_identical_ids)
-            runs["splade" if isinstance(spec, Sparse) else "dense"] = run
+            runs["splade" if isinstance(spec, Sparse) else "dense"] = encoded.search(
+                data, queries, k, ignore_identical_ids
+            )
         retrieval["search_params"] = dict(getattr(index, "search_params", {}))
-        if isinstance(dense, SparseRetrieval):
-            retrieval["sparse"] = {"query_nnz": dense.query_nnz, "document_nnz": dense.document_nnz(data)}
+        if isinstance(encoded, SparseRetrieval):
+            retrieval["sparse"] = {"query_nnz": encoded.query_nnz, "document_nnz": encoded.document_nnz(data)}
     lexical_spec = bm25_part(spec)
     if lexical_spec is not None:
         lucene_dir = Path(cache_dir or default_cache_root()) / f"lucene-{data.corpus_sha256[:16]}"

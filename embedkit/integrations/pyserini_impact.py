@@ -105,6 +105,11 @@ class LuceneImpact:
 
         self.searcher = autoclass("io.anserini.search.SimpleImpactSearcher")(str(self.folder))
 
+    @property
+    def settings(self) -> dict[str, Any]:
+        """The settings of the model whose vectors the index holds (as ``SparseExactIndex.settings``)."""
+        return self.meta["settings"]
+
     def search(self, query_ids: Sequence[str], rows: SparseRows, names: Any, k: int) -> dict[str, dict[str, float]]:
         from jnius import autoclass
 

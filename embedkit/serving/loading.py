@@ -35,8 +35,7 @@ def load_engine(
         if nprobe is not None or ef_search is not None:
             raise EmbedkitError("--nprobe and --ef-search search a FAISS index, not a sparse one", field="--nprobe")
         data = load_dataset(dataset, data_dir=data_dir) if dataset is not None else None
-        recorded = sparse.settings if hasattr(sparse, "settings") else sparse.meta["settings"]
-        model = load_model_from_settings(recorded, **runtime)
+        model = load_model_from_settings(sparse.settings, **runtime)
         return SparseEngine(model, sparse, data, snippet_chars=snippet_chars, index_path=index)
     opened = load_index(index)
     if nprobe is not None or ef_search is not None:

@@ -20,8 +20,7 @@ from embedkit.validation import check_texts, check_whole
 class SparseEngine(Engine):
     def __init__(self, model: Any, index: Any, dataset: Any = None, snippet_chars: int = 300, index_path=None) -> None:
         check_sparse_model(model)
-        recorded = index.settings if isinstance(index, SparseExactIndex) else index.meta["settings"]
-        if recorded.get("weights_sha256") != model.settings.get("weights_sha256"):
+        if index.settings.get("weights_sha256") != model.settings.get("weights_sha256"):
             raise EmbedkitError("is not the model this sparse index was built with (weights differ)", field="--model")
         self.model, self.index, self.dataset, self.snippet_chars = model, index, dataset, snippet_chars
         self.index_path = None if index_path is None else str(Path(index_path).resolve())

@@ -34,7 +34,7 @@ def merge_models(settings: MergeSettings, output: str | Path, overwrite: bool = 
         states.insert(0, state_of(base.st))
         names.insert(0, str(settings.base))
     check_same_architecture(states, names)
-    tuned_state = average(states[1:] if base else states) if len(settings.tuned) > 1 else states[-1]
+    tuned_state = average(states[1:] if base else states)  # one model's average is that model, bit for bit
     record: dict[str, Any] = {"alpha": None, "alpha_rule": None, "dev_scores": None}
     if base is None:
         network.load_state_dict(tuned_state)

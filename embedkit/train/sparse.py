@@ -77,25 +77,31 @@ def build_sparse_model(objective: str, model: str | None, max_length: int | None
     return SparseEncoder(modules=[router], similarity_fn_name="dot"), started | {"query_weights_start": 1.0}
 
 
-def sparse_loss(config: Any, network: Any) -> tuple[Any, list[Any]]:
-    """The loss of ``config.objective`` and the callbacks it needs."""
+def sparse_loss(config: Any, network: Any) -> Any:
+    """The loss of ``config.objective``."""
     from sentence_transformers.sparse_encoder import losses
-    from sentence_transformers.sparse_encoder.callbacks import SpladeRegularizerWeightSchedulerCallback
 
     if config.loss != "infonce":
         raise EmbedkitError(f"the sparse objectives train with infonce, not {config.loss}", field="loss")
     ranking = losses.SparseMultipleNegativesRankingLoss(network)  # scale 1: sparse dot products are large already
     if config.objective == "csr":
-        return losses.CSRLoss(network, loss=ranking, beta=config.csr_beta, gamma=config.csr_gamma), []
+        return losses.CSRLoss(network, loss=ranking, beta=config.csr_beta, gamma=config.csr_gamma)
     inference_free = config.objective == "splade-inference-free"
-    loss = losses.SpladeLoss(
+    return losses.SpladeLoss(
         network,
         ranking,
         document_regularizer_weight=config.flops_document_weight,
         query_regularizer_weight=0.0 if inference_free else config.flops_query_weight,
         use_document_regularizer_only=inference_free,
     )
-    return loss, [SpladeRegularizerWeightSchedulerCallback(loss)]
+
+
+def loss_callbacks(loss: Any) -> list[Any] | None:
+    """SpladeLoss's regulariser warm-up, given explicitly (sentence-transformers would add it with a warning)."""
+    from sentence_transformers.sparse_encoder.callbacks import SpladeRegularizerWeightSchedulerCallback
+    from sentence_transformers.sparse_encoder.losses import SpladeLoss
+
+    return [SpladeRegularizerWeightSchedulerCallback(loss)] if isinstance(loss, SpladeLoss) else None
 
 
 def sparse_arguments(config: Any) -> dict[str, Any]:

@@ -32,7 +32,7 @@ from embedkit.train.data import QUERY_ID, beir_pairs, carve_dev, load_jsonl_exam
 from embedkit.train.losses import build_loss
 from embedkit.train.merge import auto_alpha, interpolate, keep_checkpoints, soup_of_checkpoints, state_of
 from embedkit.train.merge_settings import ALPHA_RULE
-from embedkit.train.sparse import build_sparse_model, sparse_arguments, sparse_loss
+from embedkit.train.sparse import build_sparse_model, loss_callbacks, sparse_arguments, sparse_loss
 from embedkit.train.unsupervised import cropping_pairs, simcse_pairs
 from embedkit.training.arguments import shared_training_arguments
 from embedkit.training.evaluator import RerankEvaluator, RetrievalEvaluator
@@ -189,8 +189,8 @@ def _train_run(config: TrainConfig, run: TrainingRun, args: Any) -> Path:
         model=network,
         args=args,
         train_dataset=rows,
-        loss=loss[0] if config.sparse else loss,
-        callbacks=loss[1] if config.sparse else None,
+        loss=loss,
+        callbacks=loss_callbacks(loss),
         evaluator=SequentialEvaluator(watching) if len(watching) > 1 else next(iter(watching), None),
     )
     result = trainer.train(resume_from_checkpoint=run.resume_from)
@@ -206,7 +206,7 @@ def _train_run(config: TrainConfig, run: TrainingRun, args: Any) -> Path:
         "config": asdict(config),
         "base_model": started,
         "data": config.data or f"{config.dataset} ({config.objective}, split {config.train_split})",
-        "loss": type(loss[0] if config.sparse else loss).__name__,
+        "loss": type(loss).__name__,
         "teacher": described.get("teacher"),
         "examples": len(examples),
         "training_rows": len(rows),

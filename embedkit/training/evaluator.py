@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 from sentence_transformers.base.evaluation.evaluator import BaseEvaluator
+from sentence_transformers.sparse_encoder import SparseEncoder
 from transformers import TrainerCallback
 
 from embedkit.data.beir import BeirDataset, doc_text, load_dataset
@@ -79,7 +80,7 @@ class RetrievalEvaluator(BaseEvaluator):
     def score(self, model: Any) -> dict[str, float]:
         """The metrics of a sentence-transformers model, unprefixed and kept out of its model card (a merge scores
         many candidate weights; only the one kept belongs in the card)."""
-        sparse = type(model).__name__ == "SparseEncoder"
+        sparse = isinstance(model, SparseEncoder)
         options = {"convert_to_sparse_tensor": True} if sparse else {"convert_to_numpy": True}
 
         def encoder(encode: Any) -> Any:
