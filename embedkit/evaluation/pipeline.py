@@ -105,6 +105,7 @@ def evaluate(
     k: int = 1000,
     cache_dir: str | Path | None = None,
     options: EvaluateOptions | None = None,
+    sparse_model: EmbeddingModel | str | None = None,
 ) -> dict[str, Any]:
     """Evaluate a retriever on a BEIR dataset; returns the report (and writes its folder under ``output`` if given).
 
