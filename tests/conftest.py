@@ -159,6 +159,22 @@ def write_scifact_slice(folder: Path, scifact, queries: dict[str, int], document
 
 
 @pytest.fixture(scope="session")
+def splade_folder(tmp_path_factory):
+    """A SPLADE model started from the default model (its MLM head initialised, untrained), saved as a folder."""
+    from sentence_transformers.sparse_encoder import SparseEncoder
+    from sentence_transformers.sparse_encoder.modules import SpladePooling, Transformer
+
+    from embedkit.models.reference import default_model_path
+
+    path, cut = str(default_model_path()), {"model_max_length": 64}
+    head = Transformer(path, transformer_task="fill-mask", processor_kwargs=cut)
+    model = SparseEncoder(modules=[head, SpladePooling(pooling_strategy="max")], similarity_fn_name="dot")
+    folder = tmp_path_factory.mktemp("splade") / "model"
+    model.save(str(folder))
+    return folder
+
+
+@pytest.fixture(scope="session")
 def scifact_subset(tmp_path_factory, scifact) -> Path:
     """A small real BEIR folder: 20 SciFact test queries, their relevant docs, and other documents up to 150 (a
     dozen tests encode it into caches of their own: its size is a share of `make test`'s time)."""

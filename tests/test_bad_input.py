@@ -437,6 +437,67 @@ CASES: list[tuple[str, Setup, str]] = [
         lambda w, a: _bm25(dataset(w), "--model", "x"),
         r"option '--model': --model does nothing with --retriever bm25",
     ),
+    # learned sparse retrieval: the other kind of model or index, and its flags
+    (
+        "dense-model-for-splade",
+        lambda w, a: ["evaluate", "-d", str(a["data"]), "-o", "out", "--retriever", "splade"],
+        r"'model': '.*' is a dense model; --retriever splade needs a sparse one",
+    ),
+    (
+        "sparse-model-for-a-dense-index",
+        lambda w, a: ["search", "-i", str(a["idx"]), "-d", str(a["data"]), "-o", "r.trec", "-m", str(a["splade"])],
+        r"is a sparse model",
+    ),
+    (
+        "dense-model-for-a-sparse-index",
+        lambda w, a: [
+            "search",
+            "-i",
+            str(a["sparse_idx"]),
+            "-d",
+            str(a["data"]),
+            "-o",
+            "r.trec",
+            "-m",
+            str(a["dense"]),
+        ],
+        r"(is a dense model|this is a dense model)",
+    ),
+    (
+        "sparse-index-flag-for-dense-embeddings",
+        lambda w, a: ["index", "-e", str(a["emb"]), "-o", "idx", "--sparse-index", "impact"],
+        r"option '--sparse-index'",
+    ),
+    (
+        "faiss-flag-for-sparse-embeddings",
+        lambda w, a: ["index", "-e", str(a["sparse_emb"]), "-o", "idx", "--factory", "HNSW32"],
+        r"option '--factory'",
+    ),
+    (
+        "unknown-sparse-index",
+        lambda w, a: ["evaluate", "-d", str(a["data"]), "-o", "out", "--retriever", "splade", "--sparse-index", "x"],
+        r"option '--sparse-index': unknown value 'x'",
+    ),
+    (
+        "unknown-hybrid-part",
+        lambda w, a: [
+            "evaluate",
+            "-d",
+            str(a["data"]),
+            "-o",
+            "out",
+            "--retriever",
+            "hybrid",
+            "--hybrid-parts",
+            "dense,colbert",
+        ],
+        r"option '--hybrid-parts': give two or three of dense,bm25,splade",
+    ),
+    (
+        "zero-max-active-dims",
+        lambda w, a: ["encode", "--corpus", str(a["data"] / "corpus.jsonl"), "-o", "e", "--max-active-dims", "0"],
+        r"option '--max-active-dims'",
+    ),
     (
         "unknown-factory",
         lambda w, a: ["index", "-e", str(a["emb"]), "-o", "idx", "--factory", "IVFx,Flat"],
@@ -504,7 +565,7 @@ CASES: list[tuple[str, Setup, str]] = [
 
 
 @pytest.fixture(scope="module")
-def assets(tmp_path_factory, scifact_subset, default_model):
+def assets(tmp_path_factory, scifact_subset, default_model, splade_folder):
     """Read-only inputs shared by the cases: a SciFact cut, its embeddings and index, two BM25 reports."""
     from embedkit import BM25, Index, evaluate, load_dataset
     from embedkit.encode.writer import encode_to_folder
@@ -514,12 +575,22 @@ def assets(tmp_path_factory, scifact_subset, default_model):
     emb = encode_to_folder(default_model, load_dataset(data).corpus, root / "emb")
     Index.build(emb.embeddings(), emb.ids(), model_settings=emb.settings).save(root / "idx")
     reports = [Path(evaluate(None, data, "test", BM25(k1=k1), output=root / "reports")["folder"]) for k1 in (0.9, 1.2)]
+    from embedkit import load_model
+    from embedkit.index.sparse_exact import SparseExactIndex
+
+    sparse_model = load_model(splade_folder, max_length=32, max_active_dims=32)
+    sparse_emb = encode_to_folder(sparse_model, load_dataset(data).corpus, root / "sparse-emb")
+    SparseExactIndex.build(sparse_emb).save(root / "sparse-idx")
     cache = tmp_path_factory.mktemp("bad-input-cache")
     work = tmp_path_factory.mktemp("bad-input-ro")
     return {
         "data": data,
         "emb": root / "emb",
         "idx": root / "idx",
+        "splade": splade_folder,
+        "dense": default_model.settings["model"],
+        "sparse_emb": root / "sparse-emb",
+        "sparse_idx": root / "sparse-idx",
         "reports": reports,
         "root": root,
         "cache": cache,

@@ -13,21 +13,6 @@ from embedkit.sparse import SparseRows
 TEXTS = ["what causes fever?", "Aspirin lowers the risk of colorectal cancer.", ""]
 
 
-@pytest.fixture(scope="module")
-def splade_folder(tmp_path_factory):
-    from sentence_transformers.sparse_encoder import SparseEncoder
-    from sentence_transformers.sparse_encoder.modules import SpladePooling, Transformer
-
-    from embedkit.models.reference import default_model_path
-
-    path, cut = str(default_model_path()), {"model_max_length": 64}
-    head = Transformer(path, transformer_task="fill-mask", processor_kwargs=cut)
-    model = SparseEncoder(modules=[head, SpladePooling(pooling_strategy="max")], similarity_fn_name="dot")
-    folder = tmp_path_factory.mktemp("splade") / "model"
-    model.save(str(folder))
-    return folder
-
-
 def test_load_model_gives_the_sparse_encoders_own_vectors(splade_folder):
     from sentence_transformers.sparse_encoder import SparseEncoder
 

@@ -47,6 +47,7 @@ def encode(
     query_prompt: opt.QueryPrompt = None,
     document_prompt: opt.DocumentPrompt = None,
     max_length: opt.MaxLength = None,
+    max_active_dims: opt.MaxActiveDims = None,
     dtype: opt.Dtype = None,
     device: opt.Device = None,
     batch_tokens: opt.BatchTokens = None,
@@ -85,7 +86,7 @@ def encode(
     check_worker(worker_id or 0, num_workers or 1)
     opt.at_least(shard_size, 1, "--shard-size")
     options = opt.ModelOptions(
-        model, pooling, query_prompt, document_prompt, max_length, dtype, device, batch_tokens, backend
+        model, pooling, query_prompt, document_prompt, max_length, dtype, device, batch_tokens, backend, max_active_dims
     ).check()
     check_embeddings_folder(output)
     from embedkit.outputs import refuse_inside_other_output

@@ -17,8 +17,16 @@ def evaluate(
     output: Annotated[Path, typer.Option("--output", "-o", help="Folder under which the report folder is written.")],
     split: Annotated[str, typer.Option(help="qrels split to evaluate.")] = "test",
     retriever: Annotated[
-        str, typer.Option(help="dense | bm25 | splade (a sparse model) | hybrid (dense and BM25 fused).")
+        str, typer.Option(help="dense | bm25 | splade (a sparse model) | hybrid (--hybrid-parts fused).")
     ] = "dense",
+    hybrid_parts: Annotated[
+        Optional[str],
+        typer.Option(help="The runs a hybrid fuses: two or three of dense,bm25,splade. [default: dense,bm25]"),
+    ] = None,
+    sparse_model: Annotated[
+        Optional[str],
+        typer.Option(help="A hybrid's sparse model (folder or name) beside its dense one (--model is the dense)."),
+    ] = None,
     k: Annotated[int, typer.Option("-k", help="Hits retrieved per query.")] = 1000,
     ignore_identical_ids: Annotated[
         bool, typer.Option(help="Drop hits whose id equals the query id (ArguAna, Quora).")
@@ -34,6 +42,7 @@ def evaluate(
     query_prompt: opt.QueryPrompt = None,
     document_prompt: opt.DocumentPrompt = None,
     max_length: opt.MaxLength = None,
+    max_active_dims: opt.MaxActiveDims = None,
     dtype: opt.Dtype = None,
     device: opt.Device = None,
     batch_tokens: opt.BatchTokens = None,
@@ -41,19 +50,15 @@ def evaluate(
     bm25_backend: Annotated[
         Optional[str], typer.Option(help="bm25s (pure Python) | pyserini (Lucene, Java 21). [default: bm25s]")
     ] = None,
-    sparse_index: Annotated[
-        Optional[str], typer.Option(help="exact (sparse products) | impact (Lucene, pyserini). [default: exact]")
-    ] = None,
-    quantization: Annotated[
-        Optional[float], typer.Option(help="Impact index weights: round(w * this). [default: 100]")
-    ] = None,
+    sparse_index: opt.SparseIndex = None,
+    quantization: opt.Quantization = None,
     bm25_k1: Annotated[Optional[float], typer.Option("--bm25-k1", help="BM25 k1. [default: 0.9]")] = None,
     bm25_b: Annotated[Optional[float], typer.Option("--bm25-b", help="BM25 b. [default: 0.4]")] = None,
     fusion: Annotated[
         Optional[str], typer.Option(help="rrf | interpolation (min-max normalised scores). [default: rrf]")
     ] = None,
     fusion_weights: Annotated[
-        Optional[str], typer.Option(help="Interpolation weights for dense,bm25, e.g. 0.6,0.4 (default equal).")
+        Optional[str], typer.Option(help="Interpolation weights, one per hybrid part, e.g. 0.6,0.4 (default equal).")
     ] = None,
     fusion_depth: Annotated[
         Optional[int], typer.Option(help="Hits of each run read by the fusion. [default: 1000]")
@@ -122,21 +127,28 @@ def evaluate(
     for flag, value in (("--nprobe", nprobe), ("--ef-search", ef_search)):
         opt.at_least(value, 1, flag, maximum=MAX_SEARCH_PARAM)
     options = opt.ModelOptions(
-        model, pooling, query_prompt, document_prompt, max_length, dtype, device, batch_tokens, backend
+        model, pooling, query_prompt, document_prompt, max_length, dtype, device, batch_tokens, backend, max_active_dims
     )
-    weights = parse_weights(fusion_weights)
+    parts = hybrid_part_names(hybrid_parts, retriever)
+    weights = parse_weights(fusion_weights, parts)
     dense = {"--factory": factory, "--metric": metric, "--nprobe": nprobe, "--ef-search": ef_search}
     lexical = {"--bm25-backend": bm25_backend, "--bm25-k1": bm25_k1, "--bm25-b": bm25_b}
     fused = {"--fusion": fusion, "--fusion-weights": fusion_weights, "--fusion-depth": fusion_depth, "--rrf-k": rrf_k}
     sparse = {"--sparse-index": sparse_index, "--quantization": quantization}
     if retriever == "bm25":
         opt.refuse_unused({**options.given(), **dense}, "with --retriever bm25")
-    if retriever in ("dense", "splade"):
-        opt.refuse_unused(lexical, f"with --retriever {retriever}")
-    if retriever == "splade":
-        opt.refuse_unused(dense, "with --retriever splade (a sparse index is --sparse-index)")
-    else:
-        opt.refuse_unused(sparse, f"with --retriever {retriever}")
+    uses = set(parts) if retriever == "hybrid" else {retriever}
+    within = f"with --retriever {retriever}" + (f" --hybrid-parts {','.join(parts)}" if retriever == "hybrid" else "")
+    if "bm25" not in uses:
+        opt.refuse_unused(lexical, within)
+    if "dense" not in uses:
+        opt.refuse_unused(dense, within + " (a sparse index is --sparse-index)" * ("splade" in uses))
+    if "splade" not in uses:
+        opt.refuse_unused(sparse, within)
+    if not {"dense", "splade"} <= uses:
+        opt.refuse_unused({"--sparse-model": sparse_model}, f"{within} (it is a sparse model beside a dense one)")
+    elif sparse_model is None:
+        raise EmbedkitError("a hybrid of dense and splade parts needs the sparse model too", field="--sparse-model")
     if (sparse_index or "exact") == "exact":
         opt.refuse_unused({"--quantization": quantization}, "with the exact sparse index (it is for impact)")
     if retriever != "hybrid":
@@ -151,7 +163,7 @@ def evaluate(
     if harness == "mteb" and reranking is not None:
         raise EmbedkitError("the mteb harness scores a first stage only; rerank with embedkit's", field="--harness")
     options.check()  # after the refusals above: a model flag given to BM25 is refused as unused, not resolved
-    retriever_spec = spec_from_flags(retriever, dense, lexical, fused, weights, sparse)
+    retriever_spec = spec_from_flags(retriever, dense, lexical, fused, weights, sparse, parts)
     check_parent(output / "report")
     refuse_inside_other_output(output, "report", holds=True)  # a later --overwrite there would delete the report
     from embedkit.data.beir import load_dataset
@@ -176,6 +188,7 @@ def evaluate(
         options=EvaluateOptions(
             ignore_identical_ids, harness, mteb_task, data_dir, overwrite, reranking, absent_judged
         ),
+        sparse_model=sparse_model,
     )
     typer.echo(render_markdown(report))
     if "mteb" in report:
@@ -190,6 +203,7 @@ def spec_from_flags(
     fused: dict[str, Any],
     weights: list[float] | None,
     sparse: dict[str, Any] | None = None,
+    parts: tuple[str, ...] = ("dense", "bm25"),
 ) -> Any:
     """The ``Retriever`` the flags describe; each flag sets the spec field of the same name (``--bm25-k1`` is
     ``BM25.k1``, ``--fusion-depth`` is ``Fusion.depth``), and a flag not given keeps the field's default."""
@@ -204,7 +218,9 @@ def spec_from_flags(
     dense_spec, bm25_spec = Dense(**given(dense)), BM25(**given(lexical, "bm25-"))
     sparse_spec = Sparse(**{k.removeprefix("sparse_"): v for k, v in given(sparse or {}).items()})
     specs = {"dense": dense_spec, "bm25": bm25_spec, "splade": sparse_spec}
-    specs["hybrid"] = Hybrid(dense_spec, bm25_spec, Fusion(**fusion))
+    if kind == "hybrid":
+        chosen = {name: spec if name in parts else None for name, spec in specs.items()}
+        return Hybrid(chosen["dense"], chosen["bm25"], chosen["splade"], Fusion(**fusion)).check()
     return specs[kind].check()
 
 
@@ -235,16 +251,36 @@ def rerank_settings(
     return settings
 
 
-def parse_weights(text: str | None) -> list[float] | None:
-    """``"0.6,0.4"`` -> ``[0.6, 0.4]``; a malformed list is a user error naming the option."""
+HYBRID_PARTS = ("dense", "bm25", "splade")
+
+
+def hybrid_part_names(text: str | None, retriever: str) -> tuple[str, ...]:
+    """``"bm25,splade"`` -> the parts in fusion order (dense, bm25, splade); two or three, each once."""
+    if text is None:
+        return ("dense", "bm25")
+    if retriever != "hybrid":
+        raise EmbedkitError(f"not used with --retriever {retriever} (it is for hybrid)", field="--hybrid-parts")
+    names = [name.strip() for name in text.split(",")]
+    unknown = [name for name in names if name not in HYBRID_PARTS]
+    if unknown or len(set(names)) != len(names) or len(names) < 2:
+        raise EmbedkitError(
+            f"give two or three of {','.join(HYBRID_PARTS)}, each once, not {text!r}", field="--hybrid-parts"
+        )
+    return tuple(name for name in HYBRID_PARTS if name in names)
+
+
+def parse_weights(text: str | None, parts: tuple[str, ...] = ("dense", "bm25")) -> list[float] | None:
+    """``"0.6,0.4"`` -> ``[0.6, 0.4]``, one per part; a malformed list is a user error naming the option."""
     if text is None:
         return None
     try:
         weights = [float(part) for part in text.split(",")]
     except ValueError:
         raise EmbedkitError(f"not a comma-separated list of numbers: {text!r}", field="--fusion-weights") from None
-    if len(weights) != 2 or any(not math.isfinite(w) or w < 0 for w in weights) or sum(weights) == 0:
-        raise EmbedkitError(f"give two weights >= 0 for dense,bm25, not {text!r}", field="--fusion-weights")
+    if len(weights) != len(parts) or any(not math.isfinite(w) or w < 0 for w in weights) or sum(weights) == 0:
+        raise EmbedkitError(
+            f"give {len(parts)} weights >= 0 for {','.join(parts)}, not {text!r}", field="--fusion-weights"
+        )
     return weights
 
 

@@ -40,13 +40,8 @@ def index(
         Optional[float],
         typer.Option(help="With --max-memory: nDCG@10 on --tune-dataset's qrels may fall this far below exact search."),
     ] = None,
-    sparse_index: Annotated[
-        Optional[str],
-        typer.Option(help="Sparse embeddings: exact (sparse products) | impact (Lucene, pyserini). [default: exact]"),
-    ] = None,
-    quantization: Annotated[
-        Optional[float], typer.Option(help="Impact index weights: round(w * this). [default: 100]")
-    ] = None,
+    sparse_index: opt.SparseIndex = None,
+    quantization: opt.Quantization = None,
     data_dir: opt.DataDir = None,
     overwrite: opt.Overwrite = False,
 ) -> None:

@@ -36,6 +36,13 @@ Backend = Annotated[
         "reports usage to Intel on import unless opted out). [default: torch]"
     ),
 ]
+MaxActiveDims = Annotated[
+    Optional[int], typer.Option(help="A sparse model's vectors keep their largest this many weights.")
+]
+SparseIndex = Annotated[
+    Optional[str], typer.Option(help="exact (sparse products) | impact (Lucene, pyserini). [default: exact]")
+]
+Quantization = Annotated[Optional[float], typer.Option(help="Impact index weights: round(w * this). [default: 100]")]
 BatchTokens = Annotated[Optional[int], typer.Option(help="Padded tokens per batch (default 4096 CPU, 65536 GPU).")]
 Dataset = Annotated[str, typer.Option("--dataset", "-d", help="BEIR dataset folder or name (e.g. scifact).")]
 DataDir = Annotated[Optional[Path], typer.Option(help="Folder holding BEIR datasets by name.")]
@@ -103,6 +110,7 @@ class ModelOptions:
     device: str | None = None
     batch_tokens: int | None = None
     backend: str | None = None
+    max_active_dims: int | None = None
 
     def check(self) -> ModelOptions:
         from embedkit.models.options import POOLINGS, check_run_options
@@ -112,6 +120,7 @@ class ModelOptions:
         one_of(self.pooling, POOLINGS, "--pooling")
         at_least(self.max_length, 1, "--max-length")
         at_least(self.batch_tokens, 1, "--batch-tokens")
+        at_least(self.max_active_dims, 1, "--max-active-dims")
         if self.model is not None:
             resolve_model(self.model)  # a missing folder or an uncached Hub name: one line now, not after torch loads
         if self.device not in (None, "cpu"):

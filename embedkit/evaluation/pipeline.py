@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -34,6 +34,7 @@ from embedkit.search.retriever import (
     bm25_part,
     dense_part,
     retriever_of,
+    sparse_part,
     to_dict,
 )
 from embedkit.search.sparse import SparseRetrieval
@@ -76,9 +77,10 @@ def _name_parts(spec: Retriever, model: dict[str, Any] | None, reranker: RerankS
     elif isinstance(spec, BM25):
         parts = "bm25", spec.backend
     elif isinstance(spec, Sparse):
-        parts = model["model"], f"splade-{spec.index}"
+        parts = model["model"], spec.label
     else:
-        parts = model["model"], f"{spec.dense.factory}+bm25-{spec.bm25.backend}-{spec.fusion.method}"
+        fused = "+".join(part.label for part in spec.parts.values())
+        parts = (model["model"] if model else "bm25"), f"{fused}-{spec.fusion.method}"
     if reranker is None:
         return parts
     return parts[0], f"{parts[1]}+rerank-{Path(reranker.model).name}@{reranker.depth}"
@@ -109,8 +111,9 @@ def evaluate(
 ) -> dict[str, Any]:
     """Evaluate a retriever on a BEIR dataset; returns the report (and writes its folder under ``output`` if given).
 
-    ``retriever`` is a ``Dense``, ``BM25`` or ``Hybrid`` spec (``embedkit.search.retriever``) or the name of one
-    with its defaults. Corpus embeddings and Lucene indexes are cached in ``cache_dir`` (default
+    ``retriever`` is a ``Dense``, ``BM25``, ``Sparse`` or ``Hybrid`` spec (``embedkit.search.retriever``) or the
+    name of one with its defaults. ``model`` is the dense or sparse model; a hybrid with a dense and a sparse part
+    takes the sparse one as ``sparse_model``. Corpus embeddings and Lucene indexes are cached in ``cache_dir`` (default
     ``~/.cache/embedkit/embeddings``). The report folder is written as one unit and swapped in whole; its name ends
     in a hash of every setting that changes a score, so a rerun with the same settings replaces its own earlier
     report and any other existing folder is kept unless ``options.overwrite``.
@@ -130,23 +133,19 @@ def evaluate(
         qrels, queries = data.qrels(split), data.split_queries(split)
         described = {**data.describe(), "split": split, "qrels_sha256": data.qrels_sha256(split)}
         absent = check_absent_judged(data, split, options.absent_judged, "absent_judged")
-    encoded = None  # the model's part of the retrieval: dense (FAISS) or sparse
-    if dense_part(spec) is not None or isinstance(spec, Sparse):
-        with timer("load_model"):
-            model = _load_model(model) if model is None or isinstance(model, (str, Path)) else model
-        if isinstance(spec, Sparse):
-            encoded = SparseRetrieval(model, spec, cache_dir)
-        else:
-            encoded = DenseRetrieval(model, dense_part(spec), cache_dir)
-    depth = min(int(k), len(data.corpus))  # a k above the corpus size returns the whole corpus
-    runs, retrieval = _retrieve(spec, encoded, data, queries, depth, cache_dir, options.ignore_identical_ids, timer)
+    with timer("load_model") if dense_part(spec) or sparse_part(spec) else nullcontext():
+        retrievals = _model_retrievals(spec, model, sparse_model, cache_dir)
+    encoded = next(iter(retrievals.values()), None)  # the run's model's retrieval (dense, or sparse alone)
+    wanted = max(k, spec.fusion.depth) if isinstance(spec, Hybrid) else k  # a fusion reads each part to its depth
+    depth = min(int(wanted), len(data.corpus))  # a k above the corpus size returns the whole corpus
+    runs, retrieval = _retrieve(spec, retrievals, data, queries, depth, cache_dir, options.ignore_identical_ids, timer)
     retrieval["k"] = k
     run = None if isinstance(spec, Hybrid) else runs[spec.type]
     if isinstance(spec, Hybrid):
         fusion = spec.fusion
         with timer("fuse"):
             run = fuse(
-                [runs["dense"], runs["bm25"]],
+                [runs[name] for name in spec.parts],
                 fusion.method,
                 weights=fusion.weights,
                 depth=fusion.depth,
@@ -174,6 +173,9 @@ def evaluate(
         "ignore_identical_ids": options.ignore_identical_ids,
         "harness": options.harness,
     }
+    second = retrievals.get("splade") if len(retrievals) > 1 else None
+    if second is not None:  # a hybrid's sparse model beside the dense one
+        scored["sparse_model"] = second.model.settings
     if absent["documents"]:  # only then, so reports on complete qrels keep their settings hash
         scored["absent_judged"] = absent
     if reranked_by is not None:  # only then, so reports without a reranker keep their settings hash
@@ -195,6 +197,8 @@ def evaluate(
         "absent_judged": absent,
         **data_rules(),
     }
+    if second is not None:
+        report["sparse_model"] = second.model.settings
     if encoded is not None:
         embeddings = encoded.embeddings(data)
         report["embeddings_cache"] = {"path": str(embeddings.path), "encoded_shards": embeddings.encoded_shards}
@@ -230,9 +234,32 @@ def evaluate(
     return report
 
 
+def _model_retrievals(
+    spec: Retriever, model: Any, sparse_model: Any, cache_dir: str | Path | None
+) -> dict[str, DenseRetrieval | SparseRetrieval]:
+    """The spec's model parts by run name, the run's model's first: a dense part searches ``model``, a sparse part
+    ``sparse_model`` beside a dense part and ``model`` alone."""
+    dense, sparse = dense_part(spec), sparse_part(spec)
+    if sparse_model is not None and not (dense and sparse):
+        raise EmbedkitError("a second model is for a hybrid's sparse part beside a dense part", field="sparse_model")
+    if dense and sparse and sparse_model is None:
+        raise EmbedkitError("a hybrid of dense and splade parts needs the sparse model too", field="sparse_model")
+    if not (dense or sparse):
+        return {}
+    model = _load_model(model) if model is None or isinstance(model, (str, Path)) else model
+    retrievals: dict[str, DenseRetrieval | SparseRetrieval] = {}
+    if dense:
+        retrievals["dense"] = DenseRetrieval(model, dense, cache_dir)
+    if sparse and dense:
+        sparse_model = _load_model(sparse_model) if isinstance(sparse_model, (str, Path)) else sparse_model
+    if sparse:
+        retrievals["splade"] = SparseRetrieval(sparse_model if dense else model, sparse, cache_dir)
+    return retrievals
+
+
 def _retrieve(
     spec: Retriever,
-    encoded: DenseRetrieval | SparseRetrieval | None,
+    retrievals: dict[str, DenseRetrieval | SparseRetrieval],
     data: BeirDataset,
     queries: dict[str, str],
     k: int,
@@ -240,19 +267,19 @@ def _retrieve(
     ignore_identical_ids: bool,
     timer: Stopwatch,
 ) -> tuple[dict[str, Run], dict[str, Any]]:
-    """The runs the spec needs ("dense", "bm25") and what the report records of how they were made."""
+    """The runs the spec needs ("dense", "bm25", "splade") and what the report records of how they were made."""
     runs: dict[str, Run] = {}
     retrieval: dict[str, Any] = {"k": k, "ignore_identical_ids": ignore_identical_ids}
-    if encoded is not None:
-        with timer("encode_corpus"):
+    for position, (name, encoded) in enumerate(retrievals.items()):
+        stage = "" if position == 0 else f"_{name}"  # the first keeps the stage names reports have always had
+        with timer(f"encode_corpus{stage}"):
             encoded.embeddings(data)
-        with timer("build_index"):
+        with timer(f"build_index{stage}"):
             index = encoded.index(data)
-        with timer("search"):
-            runs["splade" if isinstance(spec, Sparse) else "dense"] = encoded.search(
-                data, queries, k, ignore_identical_ids
-            )
-        retrieval["search_params"] = dict(getattr(index, "search_params", {}))
+        with timer(f"search{stage}"):
+            runs[name] = encoded.search(data, queries, k, ignore_identical_ids)
+        if position == 0:
+            retrieval["search_params"] = dict(getattr(index, "search_params", {}))
         if isinstance(encoded, SparseRetrieval):
             retrieval["sparse"] = {"query_nnz": encoded.query_nnz, "document_nnz": encoded.document_nnz(data)}
     lexical_spec = bm25_part(spec)

@@ -21,6 +21,7 @@ FIELDS = {
     "split": str,
     "retriever": (str, dict),
     "model": dict,
+    "sparse_model": dict,
     "ignore_identical_ids": bool,
     "expected": dict,
     "tolerance": float,
@@ -43,6 +44,7 @@ class Condition:
     description: str = ""
     split: str = "test"
     model: dict[str, Any] | None = None
+    sparse_model: dict[str, Any] | None = None  # a hybrid's sparse part's model beside its dense one
     ignore_identical_ids: bool = False
 
 

@@ -12,7 +12,7 @@ from embedkit.errors import EmbedkitError
 from embedkit.evaluation.pipeline import EvaluateOptions, evaluate
 from embedkit.models.loading import load_model
 from embedkit.reproduce.conditions import Condition, load_conditions, select
-from embedkit.search.retriever import bm25_part, dense_part, to_dict
+from embedkit.search.retriever import bm25_part, dense_part, sparse_part, to_dict
 
 
 def why_not_runnable(condition: Condition, data_dir: str | Path | None) -> str | None:
@@ -54,9 +54,12 @@ def run_condition(
         "metrics": {m: {"expected": v, "measured": None} for m, v in condition.expected.items()},
     }
     reason = why_not_runnable(condition, data_dir)
-    model = None
-    if reason is None and dense_part(condition.retriever) is not None:
+    model = sparse_model = None
+    dense, sparse = dense_part(condition.retriever), sparse_part(condition.retriever)
+    if reason is None and (dense or sparse):
         model, reason = _load_model(condition.model or {})
+    if reason is None and dense and sparse:
+        sparse_model, reason = _load_model(condition.sparse_model or {})
     if reason is not None:
         return {**row, "status": "skipped", "reason": reason}
     report = evaluate(
@@ -67,6 +70,7 @@ def run_condition(
         output=None if output is None else output / condition.id,
         cache_dir=cache_dir,
         options=EvaluateOptions(ignore_identical_ids=condition.ignore_identical_ids, data_dir=data_dir),
+        sparse_model=sparse_model,
     )
     passed = True
     for metric, cell in row["metrics"].items():

@@ -1,5 +1,5 @@
-"""A first-stage retriever as one typed value: ``Dense``, ``BM25``, ``Sparse`` (``splade``) or ``Hybrid`` (dense and
-BM25, fused).
+"""A first-stage retriever as one typed value: ``Dense``, ``BM25``, ``Sparse`` (``splade``) or ``Hybrid`` (any two or
+three of them, fused).
 
 The CLI builds it from its flags, ``embedkit.evaluate`` takes it, the reproduction YAML writes it under
 ``retriever:`` with the same field names, and a report records it as ``to_dict`` gives it, so
@@ -43,6 +43,10 @@ class Dense:
     ef_search: int | None = None
     type: ClassVar[str] = "dense"
 
+    @property
+    def label(self) -> str:  # its part of a report folder's name
+        return self.factory
+
     def check(self) -> Dense:
         from embedkit.index import check_factory
 
@@ -62,6 +66,10 @@ class BM25:
     b: float = 0.4
     type: ClassVar[str] = "bm25"
 
+    @property
+    def label(self) -> str:
+        return f"bm25-{self.backend}"
+
     def check(self) -> BM25:
         _choose(self.backend, BM25_BACKENDS, "backend")
         check_number(self.k1, "k1", minimum=0, maximum=MAX_BM25_K1)  # NaN refused by name, not passed as "not < 0"
@@ -78,6 +86,10 @@ class Sparse:
     quantization: float = 100.0
     type: ClassVar[str] = "splade"
 
+    @property
+    def label(self) -> str:
+        return f"splade-{self.index}"
+
     def check(self) -> Sparse:
         _choose(self.index, SPARSE_INDEXES, "index")
         check_number(self.quantization, "quantization", minimum=1, maximum=MAX_QUANTIZATION)
@@ -86,7 +98,8 @@ class Sparse:
 
 @dataclass(frozen=True)
 class Fusion:
-    """Reciprocal-rank fusion, or interpolation of min-max normalised scores (``weights`` for dense, bm25)."""
+    """Reciprocal-rank fusion, or interpolation of min-max normalised scores (``weights``: one per part of the
+    hybrid, in the order dense, bm25, splade)."""
 
     method: str = "rrf"
     weights: list[float] | None = None
@@ -100,8 +113,8 @@ class Fusion:
         if self.weights is not None:
             for i, weight in enumerate(self.weights):
                 check_number(weight, f"weights[{i}]", minimum=0, maximum=MAX_FUSION_WEIGHT)
-            if len(self.weights) != 2 or sum(self.weights) == 0:
-                raise EmbedkitError(f"give two weights >= 0 for dense, bm25, not {self.weights}", field="weights")
+            if sum(self.weights) == 0:
+                raise EmbedkitError(f"give weights >= 0, not all 0: {self.weights}", field="weights")
         check_whole(self.depth, "depth", minimum=1)
         check_whole(self.rrf_k, "rrf_k", minimum=0, maximum=MAX_RRF_K)
         return self
@@ -109,15 +122,33 @@ class Fusion:
 
 @dataclass(frozen=True)
 class Hybrid:
-    """A dense and a BM25 run fused."""
+    """Two or three runs fused: a part set to None is left out (by default dense and BM25). A dense part is the run's
+    model; a sparse part beside it has its own model (``evaluate``'s ``sparse_model``)."""
 
-    dense: Dense = field(default_factory=Dense)
-    bm25: BM25 = field(default_factory=BM25)
+    dense: Dense | None = field(default_factory=Dense)
+    bm25: BM25 | None = field(default_factory=BM25)
+    sparse: Sparse | None = None
     fusion: Fusion = field(default_factory=Fusion)
     type: ClassVar[str] = "hybrid"
 
+    @property
+    def parts(self) -> dict[str, Dense | BM25 | Sparse]:
+        """The parts present, by run name, in the order fusion weights follow."""
+        named = {"dense": self.dense, "bm25": self.bm25, "splade": self.sparse}
+        return {name: part for name, part in named.items() if part is not None}
+
     def check(self) -> Hybrid:
-        self.dense.check(), self.bm25.check(), self.fusion.check()
+        parts = self.parts
+        if len(parts) < 2:
+            raise EmbedkitError(f"a hybrid fuses two or three parts, not {len(parts)}", field="hybrid")
+        for part in parts.values():
+            part.check()
+        self.fusion.check()
+        weights = self.fusion.weights
+        if weights is not None and len(weights) != len(parts):
+            raise EmbedkitError(
+                f"{len(weights)} weights for {len(parts)} parts ({', '.join(parts)})", field="fusion.weights"
+            )
         return self
 
 
@@ -126,8 +157,13 @@ KINDS: dict[str, type] = {"dense": Dense, "bm25": BM25, "splade": Sparse, "hybri
 
 
 def to_dict(retriever: Retriever) -> dict[str, Any]:
-    """``{"type": ..., field: value ...}``; a hybrid's parts are nested mappings of the same shape (without type)."""
-    return {"type": retriever.type, **asdict(retriever)}
+    """``{"type": ..., field: value ...}``; a hybrid's parts are nested mappings of the same shape (without type), a
+    part left out is None (but an absent sparse part is not written, so hybrids made before it existed keep their
+    settings hash)."""
+    values = asdict(retriever)
+    if isinstance(retriever, Hybrid) and retriever.sparse is None:
+        del values["sparse"]
+    return {"type": retriever.type, **values}
 
 
 def _part(cls: type, values: Any, name: str, path: Any) -> Any:
@@ -153,11 +189,17 @@ def from_dict(values: Any, path: Any = None, name: str = "retriever") -> Retriev
     values = {key: value for key, value in values.items() if key != "type"}
     if kind != "hybrid":
         return _part(KINDS[kind], values, name, path).check()
-    parts = {"dense": Dense, "bm25": BM25, "fusion": Fusion}
+    parts = {"dense": Dense, "bm25": BM25, "sparse": Sparse, "fusion": Fusion}
     for key in values:
         if key not in parts:
-            raise EmbedkitError("unknown part (known: dense, bm25, fusion)", path=path, field=f"{name}.{key}")
-    built = {key: _part(cls, values.get(key, {}), f"{name}.{key}", path) for key, cls in parts.items()}
+            raise EmbedkitError(f"unknown part (known: {', '.join(parts)})", path=path, field=f"{name}.{key}")
+    built = {  # a part not named takes Hybrid's default (dense and bm25 in, sparse out); null leaves it out
+        key: None if values[key] is None else _part(cls, values[key], f"{name}.{key}", path)
+        for key, cls in parts.items()
+        if key in values
+    }
+    if built.get("fusion", Fusion()) is None:
+        raise EmbedkitError("expected a mapping", path=path, field=f"{name}.fusion")
     return Hybrid(**built).check()
 
 
@@ -174,3 +216,7 @@ def dense_part(retriever: Retriever) -> Dense | None:
 
 def bm25_part(retriever: Retriever) -> BM25 | None:
     return retriever if isinstance(retriever, BM25) else retriever.bm25 if isinstance(retriever, Hybrid) else None
+
+
+def sparse_part(retriever: Retriever) -> Sparse | None:
+    return retriever if isinstance(retriever, Sparse) else retriever.sparse if isinstance(retriever, Hybrid) else None
