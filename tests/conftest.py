@@ -161,13 +161,16 @@ def write_scifact_slice(folder: Path, scifact, queries: dict[str, int], document
 @pytest.fixture(scope="session")
 def splade_folder(tmp_path_factory):
     """A SPLADE model started from the default model (its MLM head initialised, untrained), saved as a folder."""
+    import torch
     from sentence_transformers.sparse_encoder import SparseEncoder
     from sentence_transformers.sparse_encoder.modules import SpladePooling, Transformer
 
     from embedkit.models.reference import default_model_path
 
     path, cut = str(default_model_path()), {"model_max_length": 64}
-    head = Transformer(path, transformer_task="fill-mask", processor_kwargs=cut)
+    with torch.random.fork_rng():  # the new head's weights are the same in every session: no test is left to chance
+        torch.manual_seed(0)
+        head = Transformer(path, transformer_task="fill-mask", processor_kwargs=cut)
     model = SparseEncoder(modules=[head, SpladePooling(pooling_strategy="max")], similarity_fn_name="dot")
     folder = tmp_path_factory.mktemp("splade") / "model"
     model.save(str(folder))

@@ -30,7 +30,7 @@ from embedkit.validation import check_whole
 IMPACT_KIND = "sparse-index"
 FORMAT = f"embedkit.{IMPACT_KIND}/1"
 QUANTIZATION = 100
-DEPTH_MARGIN = 10  # hits fetched beyond k, so documents tied at the k-th score are all seen
+DEPTH_MARGIN = 10  # hits read beyond k; where the last read still ties the k-th, the query is searched deeper
 
 
 def write_collection(path: Path, doc_ids: Sequence[str], rows: SparseRows, names: Any) -> list[str]:
@@ -124,6 +124,25 @@ class LuceneImpact:
                 vector.put(term, integer(int(value)))
             vectors.add(vector)
             ids.add(query_id)
-        found = self.searcher.batch_search(vectors, ids, int(k) + DEPTH_MARGIN, int(self.threads))
-        hits = {entry.getKey(): entry.getValue() for entry in found.entrySet().toArray()}
-        return {q: dict(ranked({h.docid: float(h.score) for h in hits.get(q, [])})[:k]) for q in query_ids}
+        depth = int(k) + DEPTH_MARGIN
+        found = self.searcher.batch_search(vectors, ids, depth, int(self.threads))
+        hits = {q: {h.docid: float(h.score) for h in found_hits} for q, found_hits in _entries(found)}
+        for i, query_id in enumerate(query_ids):  # ties at the k-th place past the depth read: read deeper
+            deeper = depth
+            while _tied_past(hits.get(query_id, {}), k, deeper):
+                deeper *= 4
+                hits[query_id] = {h.docid: float(h.score) for h in self.searcher.search(vectors.get(i), deeper)}
+        return {q: dict(ranked(hits.get(q, {}))[:k]) for q in query_ids}
+
+
+def _entries(found: Any) -> list[tuple[str, Any]]:
+    return [(entry.getKey(), entry.getValue()) for entry in found.entrySet().toArray()]
+
+
+def _tied_past(hits: dict[str, float], k: int, depth: int) -> bool:
+    """Whether Lucene may have cut documents scoring as the k-th does: it returned all it was asked for, and the
+    last of them ties the k-th (trec_eval's order among ties is doc id, Lucene's is its own)."""
+    if len(hits) < depth or len(hits) <= k:
+        return False
+    scores = sorted(hits.values(), reverse=True)
+    return scores[-1] == scores[k - 1]
