@@ -101,8 +101,8 @@ def run_arm(name: str, output: Path, finetune: Path, cache: Path) -> dict:
     record = json.loads((trained / "embedkit_training.json").read_text())
     model = load_model(trained, max_length=256, max_active_dims=MAX_ACTIVE_DIMS)
     row = score(model, None, Sparse(), finetune / "scifact-dev", cache, output / "reports", name)
-    return {**row, "settings": ARMS[name], "steps": record["steps"], "train_s": round(train_s, 1),
-            "eval_s": round(time.perf_counter() - start - train_s, 1), "base_model": record.get("base_model")}  # fmt: skip
+    seconds = {"train_s": round(train_s, 1), "eval_s": round(time.perf_counter() - start - train_s, 1)}
+    return {**row, **seconds, "settings": ARMS[name], "steps": record["steps"], "base_model": record.get("base_model")}
 
 
 def arms_stage(results: dict, output: Path, finetune: Path, cache: Path, names: list[str], save) -> None:
@@ -161,47 +161,54 @@ def hybrids_stage(results: dict, output: Path, finetune: Path, cache: Path, save
     save()
 
 
+def _bytes(folder: Path, pattern: str = "*") -> int:
+    return sum(path.stat().st_size for path in folder.rglob(pattern) if path.is_file())
+
+
 def costs_stage(results: dict, output: Path, finetune: Path, cache: Path, save) -> None:
-    """Index sizes and non-zeros, queries/s of each sparse index against BM25 in Lucene (one thread, test queries,
-    query encoding timed apart), and the impact index's top 10 against the exact search's on every test query."""
-    from embedkit.integrations.pyserini_impact import LuceneImpact
+    """Per sparse arm: non-zeros, sizes, queries/s of each index (search only, one thread, the 300 test queries
+    encoded once beforehand) against BM25 in Lucene; the impact index's and Seismic's top 10 against the exact one's
+    on every test query."""
+    from embedkit.search.bm25 import bm25_searcher
     from embedkit.search.sparse import SparseRetrieval
 
     data = load_dataset(finetune / "scifact-dev")
     queries = data.split_queries("test")
-    costs: dict = {}
+    ids, costs = list(queries), {}
     for name in ("splade", "splade-inference-free", "csr"):
         model = load_model(output / "models" / name, max_length=256, max_active_dims=MAX_ACTIVE_DIMS)
-        exact, impact = SparseRetrieval(model, Sparse(), cache), SparseRetrieval(model, Sparse(index="impact"), cache)
         start = time.perf_counter()
         vectors = model.encode_queries(list(queries.values()))
-        encode_s = time.perf_counter() - start
-        row = {"query_encode_per_s": len(queries) / encode_s, "query_nnz": vectors.nnz_stats()}
-        for label, retrieval in (("exact", exact), ("impact", impact)):
+        row = {"query_encode_per_s": len(ids) / (time.perf_counter() - start), "query_nnz": vectors.nnz_stats()}
+        runs = {}
+        for engine in ("exact", "impact", "seismic"):
+            retrieval = SparseRetrieval(model, Sparse(index=engine), cache)
             index = retrieval.index(data)
             start = time.perf_counter()
-            if isinstance(index, LuceneImpact):
-                run = index.search(list(queries), vectors, model.token_names, 10)
+            if engine == "exact":
+                runs[engine] = {q: dict(hits) for q, hits in zip(ids, index.search(vectors, 10), strict=True)}
             else:
-                run = {q: dict(h) for q, h in zip(queries, index.search(vectors, 10), strict=True)}
-            row[f"{label}_search_per_s"] = len(queries) / (time.perf_counter() - start)
-            row[f"{label}_run"] = run
-        embeddings = exact.embeddings(data)
-        row["document_nnz"] = exact.document_nnz(data)
-        row["embeddings_bytes"] = sum(p.stat().st_size for p in embeddings.path.glob("shard-*"))
-        row["impact_index_bytes"] = sum(p.stat().st_size for p in impact.index(data).folder.rglob("*") if p.is_file())
-        exact_run, impact_run = row.pop("exact_run"), row.pop("impact_run")
-        same = [list(exact_run[q]) == list(impact_run[q]) for q in queries]
-        same_set = [set(exact_run[q]) == set(impact_run[q]) for q in queries]
-        row["impact_top10_equal_order"], row["impact_top10_equal_set"] = sum(same), sum(same_set)
+                runs[engine] = index.search(ids, vectors, model.token_names, 10)
+            row[f"{engine}_search_per_s"] = len(ids) / (time.perf_counter() - start)
+            if engine != "exact":
+                row[f"{engine}_index_bytes"] = _bytes(index.folder)
+        embeddings = retrieval.embeddings(data)
+        row |= {"document_nnz": retrieval.document_nnz(data), "embeddings_bytes": _bytes(embeddings.path, "shard-*")}
+        exact = runs["exact"]
+        row["impact_top10_same_order"] = sum(list(exact[q]) == list(runs["impact"][q]) for q in ids)
+        row["impact_top10_same_set"] = sum(set(exact[q]) == set(runs["impact"][q]) for q in ids)
+        row["seismic_recall_at_10_vs_exact"] = float(
+            np.mean([len(set(exact[q]) & set(runs["seismic"][q])) / max(len(exact[q]), 1) for q in ids])
+        )
+        row["queries"] = len(ids)
         costs[name] = row
-    from embedkit.search.bm25 import bm25_searcher
-
     lexical = bm25_searcher(data, "pyserini", k1=0.9, b=0.4, index_dir=cache / f"lucene-{data.corpus_sha256[:16]}")
     start = time.perf_counter()
     lexical.search(queries, 10)
-    costs["bm25"] = {"search_per_s": len(queries) / (time.perf_counter() - start),
-                     "index_bytes": sum(p.stat().st_size for p in lexical.folder.rglob("*") if p.is_file())}  # fmt: skip
+    costs["bm25"] = {
+        "search_per_s": len(ids) / (time.perf_counter() - start),
+        "index_bytes": _bytes(cache / f"lucene-{data.corpus_sha256[:16]}"),
+    }
     results["costs"] = costs
     save()
 

@@ -105,10 +105,10 @@ def evaluate(
     Example: [bold]embedkit evaluate --dataset scifact --output runs --retriever hybrid[/bold]
     """
     from embedkit.outputs import check_parent, refuse_inside_other_output
-    from embedkit.search.retriever import MAX_BM25_K1, MAX_QUANTIZATION, MAX_RRF_K, MAX_SEARCH_PARAM
+    from embedkit.search.retriever import MAX_BM25_K1, MAX_QUANTIZATION, MAX_RRF_K, MAX_SEARCH_PARAM, SPARSE_INDEXES
 
     opt.one_of(retriever, ("dense", "bm25", "splade", "hybrid"), "--retriever")
-    opt.one_of(sparse_index, ("exact", "impact"), "--sparse-index")
+    opt.one_of(sparse_index, SPARSE_INDEXES, "--sparse-index")
     opt.one_of(absent_judged, ("refuse", "miss"), "--absent-judged")
     opt.one_of(harness, ("embedkit", "mteb"), "--harness")
     opt.one_of(metric, ("ip", "l2"), "--metric")
@@ -149,8 +149,10 @@ def evaluate(
         opt.refuse_unused({"--sparse-model": sparse_model}, f"{within} (it is a sparse model beside a dense one)")
     elif sparse_model is None:
         raise EmbedkitError("a hybrid of dense and splade parts needs the sparse model too", field="--sparse-model")
-    if (sparse_index or "exact") == "exact":
-        opt.refuse_unused({"--quantization": quantization}, "with the exact sparse index (it is for impact)")
+    if (sparse_index or "exact") != "impact":
+        opt.refuse_unused(
+            {"--quantization": quantization}, f"with the {sparse_index or 'exact'} sparse index (it is for impact)"
+        )
     if retriever != "hybrid":
         opt.refuse_unused(fused, f"with --retriever {retriever} (fusion is for hybrid)")
     if (fusion or "rrf") == "rrf":

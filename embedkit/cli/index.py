@@ -59,7 +59,7 @@ def index(
 
     num_partitions = opt.renamed(num_partitions, num_shards, "--num-partitions", "--num-shards")
     opt.one_of(metric, ("ip", "l2"), "--metric")
-    opt.one_of(sparse_index, ("exact", "impact"), "--sparse-index")
+    opt.one_of(sparse_index, ("exact", "impact", "seismic"), "--sparse-index")
     opt.at_least(quantization, 1, "--quantization", maximum=1e6)
     from embedkit.index.factory_check import check_factory
     from embedkit.index.faiss_helpers import check_whole
@@ -154,14 +154,18 @@ def _sparse(folder, output: Path, engine: str, quantization: float | None, overw
     from embedkit.index.sparse_exact import SPARSE_INDEX_KIND, SparseExactIndex
     from embedkit.outputs import check_output_folder, refuse_inside_other_output
 
-    if engine == "exact":
-        opt.refuse_unused({"--quantization": quantization}, "with the exact sparse index (it is for impact)")
+    if engine != "impact":
+        opt.refuse_unused({"--quantization": quantization}, f"with the {engine} sparse index (it is for impact)")
     check_output_folder(output, SPARSE_INDEX_KIND, overwrite)
     refuse_inside_other_output(output, "index")
     if not folder.complete:
         raise EmbedkitError("the embeddings are incomplete; rerun 'embedkit encode' to finish them", path=folder.path)
     if engine == "exact":
         SparseExactIndex.build(folder).save(output, overwrite=overwrite)
+    elif engine == "seismic":
+        from embedkit.integrations.seismic import build_seismic_index
+
+        build_seismic_index(output, folder.ids(), folder.embeddings(), folder.settings, overwrite=overwrite)
     else:
         from embedkit.integrations.pyserini_impact import build_impact_index
         from embedkit.models.loading import load_model_from_settings

@@ -40,7 +40,8 @@ MaxActiveDims = Annotated[
     Optional[int], typer.Option(help="A sparse model's vectors keep their largest this many weights.")
 ]
 SparseIndex = Annotated[
-    Optional[str], typer.Option(help="exact (sparse products) | impact (Lucene, pyserini). [default: exact]")
+    Optional[str],
+    typer.Option(help="exact (sparse products) | impact (Lucene, pyserini) | seismic (approximate). [default: exact]"),
 ]
 Quantization = Annotated[Optional[float], typer.Option(help="Impact index weights: round(w * this). [default: 100]")]
 BatchTokens = Annotated[Optional[int], typer.Option(help="Padded tokens per batch (default 4096 CPU, 65536 GPU).")]

@@ -55,7 +55,7 @@ def search(
     from embedkit.index.partitioned import load_index
     from embedkit.search.sparse import open_sparse_index
 
-    sparse = open_sparse_index(index)  # a sparse model's index (exact or Lucene impact), else FAISS's
+    sparse = open_sparse_index(index)  # a sparse model's index (exact, Lucene impact, Seismic), else FAISS's
     if sparse is not None:
         faiss = {"--nprobe": nprobe, "--ef-search": ef_search, "--rescore": rescore, "--embeddings": embeddings}
         opt.refuse_unused(faiss, "with a sparse index")

@@ -24,7 +24,7 @@ MAX_BM25_K1 = 1000.0
 MAX_RRF_K = 1_000_000
 MAX_FUSION_WEIGHT = 1e6
 BM25_BACKENDS = ("bm25s", "pyserini")
-SPARSE_INDEXES = ("exact", "impact")
+SPARSE_INDEXES = ("exact", "impact", "seismic")
 MAX_QUANTIZATION = 1e6  # Lucene stores an impact as a 32-bit integer: weights above ~2000 times this overflow
 
 
@@ -79,11 +79,14 @@ class BM25:
 
 @dataclass(frozen=True)
 class Sparse:
-    """A learned sparse model's vectors (SPLADE, CSR) in an ``exact`` index (sparse products, the reference) or a
-    Lucene ``impact`` index (pyserini's layout; weights quantised ``round(w · quantization)``)."""
+    """A learned sparse model's vectors (SPLADE, CSR) in an ``exact`` index (sparse products, the reference), a
+    Lucene ``impact`` index (pyserini's layout; weights quantised ``round(w · quantization)``) or a ``seismic`` one
+    (approximate: ``query_cut`` query terms, ``heap_factor`` of the blocks' bound)."""
 
     index: str = "exact"
     quantization: float = 100.0
+    query_cut: int | None = None
+    heap_factor: float | None = None
     type: ClassVar[str] = "splade"
 
     @property
@@ -93,6 +96,12 @@ class Sparse:
     def check(self) -> Sparse:
         _choose(self.index, SPARSE_INDEXES, "index")
         check_number(self.quantization, "quantization", minimum=1, maximum=MAX_QUANTIZATION)
+        check_whole(self.query_cut, "query_cut", minimum=1, maximum=MAX_SEARCH_PARAM)
+        check_number(self.heap_factor, "heap_factor", minimum=0, maximum=1)
+        if self.index != "seismic" and (self.query_cut, self.heap_factor) != (None, None):
+            raise EmbedkitError(
+                f"query_cut and heap_factor are Seismic's; not for the {self.index} index", field="index"
+            )
         return self
 
 

@@ -57,10 +57,17 @@ class SparseRetrieval:
         embeddings = self.embeddings(data)
         if self.spec.index == "exact":
             index = SparseExactIndex.build(embeddings)
+        elif self.spec.index == "seismic":
+            from embedkit.integrations.seismic import SeismicSparse, build_seismic_index
+
+            folder = Path(self.cache_dir or default_cache_root()) / f"seismic-{_key(embeddings, 'seismic')[:16]}"
+            if not (folder / "meta.json").is_file():
+                build_seismic_index(folder, embeddings.ids(), embeddings.embeddings(), self.model.settings)
+            index = SeismicSparse(folder, self.spec.query_cut, self.spec.heap_factor)
         else:
             from embedkit.integrations.pyserini_impact import LuceneImpact, build_impact_index
 
-            key = sha256_json({"embeddings": embeddings.manifest["shards"], "quantization": self.spec.quantization})
+            key = _key(embeddings, self.spec.quantization)
             folder = Path(self.cache_dir or default_cache_root()) / f"impact-{key[:16]}"
             if not (folder / "meta.json").is_file():
                 rows = embeddings.embeddings()
@@ -75,14 +82,23 @@ class SparseRetrieval:
         return run
 
 
+def _key(embeddings: EmbeddingsFolder, build: Any) -> str:
+    """A cached index's key: the vectors' shards and how the index was built from them."""
+    return sha256_json({"embeddings": embeddings.manifest["shards"], "quantization": build})
+
+
 def open_sparse_index(folder: str | Path) -> Any | None:
-    """The sparse index in ``folder`` (exact or Lucene impact), or None when it is not one."""
+    """The sparse index in ``folder`` (exact, Lucene impact or Seismic), or None when it is not one."""
     meta_path = Path(folder) / "meta.json"
     meta = read_json(meta_path, "index metadata") if meta_path.is_file() else None
     if not isinstance(meta, dict) or meta.get("format") != SPARSE_FORMAT:
         return None
     if meta.get("engine") == "exact":
         return SparseExactIndex.load(folder)
+    if meta.get("engine") == "seismic":
+        from embedkit.integrations.seismic import SeismicSparse
+
+        return SeismicSparse(folder)
     from embedkit.integrations.pyserini_impact import LuceneImpact
 
     return LuceneImpact(folder)
