@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from embedkit import EmbedkitError, evaluate, load_model
+from embedkit import EmbedkitError, EvaluateOptions, evaluate, load_model
 from embedkit.data.trec import ranked
 from embedkit.search import BM25, Dense, Fusion, Hybrid, Sparse
 from embedkit.search.retriever import from_dict, to_dict
@@ -27,9 +27,10 @@ def test_a_three_way_hybrid_is_rrf_of_its_parts_own_runs(default_model, sparse_m
         "splade": evaluate(sparse_model, scifact_subset, "test", Sparse(), output=tmp_path / "s", cache_dir=tmp_path),
     }
     runs = {name: _run(report["folder"]) for name, report in alone.items()}
-    spec = Hybrid(Dense(), BM25(), Sparse(), Fusion("rrf", depth=50))
+    spec = Hybrid(Dense(), BM25(), Fusion("rrf", depth=50), Sparse())
+    options = EvaluateOptions(sparse_model=sparse_model)
     report = evaluate(default_model, scifact_subset, "test", spec, output=tmp_path / "h", cache_dir=tmp_path,
-                      sparse_model=sparse_model, k=10)  # fmt: skip
+                      options=options, k=10)  # fmt: skip
     fused = _run(report["folder"])
     for query_id in runs["dense"]:
         scores: dict[str, float] = {}
@@ -57,17 +58,17 @@ def test_a_hybrid_needs_two_parts_its_weights_one_per_part_and_both_models():
     with pytest.raises(EmbedkitError, match="two or three parts"):
         Hybrid(Dense(), None).check()
     with pytest.raises(EmbedkitError, match="2 weights for 3 parts"):
-        Hybrid(Dense(), BM25(), Sparse(), Fusion("interpolation", [0.5, 0.5])).check()
-    Hybrid(None, BM25(), Sparse(), Fusion("interpolation", [0.3, 0.7])).check()
+        Hybrid(Dense(), BM25(), Fusion("interpolation", [0.5, 0.5]), Sparse()).check()
+    Hybrid(None, BM25(), Fusion("interpolation", [0.3, 0.7]), Sparse()).check()
     with pytest.raises(EmbedkitError, match="needs the sparse model"):
-        evaluate(None, "scifact", "test", Hybrid(Dense(), None, Sparse()))
+        evaluate(None, "scifact", "test", Hybrid(Dense(), None, sparse=Sparse()))
 
 
 def test_the_spec_round_trips_and_old_hybrids_keep_their_shape():
     assert from_dict({"type": "hybrid"}) == Hybrid() and "sparse" not in to_dict(Hybrid())
-    three = Hybrid(Dense(), BM25(k1=1.2), Sparse(index="impact"), Fusion("interpolation", [0.2, 0.3, 0.5]))
+    three = Hybrid(Dense(), BM25(k1=1.2), Fusion("interpolation", [0.2, 0.3, 0.5]), Sparse(index="impact"))
     assert from_dict(json.loads(json.dumps(to_dict(three)))) == three
-    two = Hybrid(None, BM25(), Sparse())
+    two = Hybrid(None, BM25(), sparse=Sparse())
     assert to_dict(two)["dense"] is None and from_dict(to_dict(two)) == two
     with pytest.raises(EmbedkitError, match=r"retriever\.sparse\.kind"):
         from_dict({"type": "hybrid", "sparse": {"kind": "x"}})
@@ -82,7 +83,7 @@ def test_the_cli_fuses_bm25_and_splade_and_refuses_what_does_not_fit(splade_fold
     assert done.returncode == 0, done.stderr
     (folder,) = (tmp_path / "r").iterdir()
     recorded = json.loads((folder / "report.json").read_text())["retriever"]
-    assert from_dict(recorded) == Hybrid(None, BM25(), Sparse())
+    assert from_dict(recorded) == Hybrid(None, BM25(), sparse=Sparse())
     for extra, flag in (
         (["--retriever", "hybrid", "--hybrid-parts", "dense,splade"], "--sparse-model"),
         (["--retriever", "hybrid", "--hybrid-parts", "dense"], "--hybrid-parts"),

@@ -188,9 +188,8 @@ def evaluate(
         k=k,
         cache_dir=cache_dir,
         options=EvaluateOptions(
-            ignore_identical_ids, harness, mteb_task, data_dir, overwrite, reranking, absent_judged
+            ignore_identical_ids, harness, mteb_task, data_dir, overwrite, reranking, absent_judged, sparse_model
         ),
-        sparse_model=sparse_model,
     )
     typer.echo(render_markdown(report))
     if "mteb" in report:
@@ -222,7 +221,7 @@ def spec_from_flags(
     specs = {"dense": dense_spec, "bm25": bm25_spec, "splade": sparse_spec}
     if kind == "hybrid":
         chosen = {name: spec if name in parts else None for name, spec in specs.items()}
-        return Hybrid(chosen["dense"], chosen["bm25"], chosen["splade"], Fusion(**fusion)).check()
+        return Hybrid(chosen["dense"], chosen["bm25"], Fusion(**fusion), sparse=chosen["splade"]).check()
     return specs[kind].check()
 
 

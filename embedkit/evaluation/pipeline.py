@@ -56,6 +56,7 @@ class EvaluateOptions:
     overwrite: bool = False
     reranker: RerankSettings | None = None  # a cross-encoder that re-scores the first stage's top hits
     absent_judged: str = "refuse"  # qrels judging documents the corpus lacks: "refuse", or "miss" to score as misses
+    sparse_model: Any = None  # a hybrid's sparse part's model (or its name) beside the dense ``model``
 
 
 def _slug(text: str) -> str:
@@ -107,16 +108,15 @@ def evaluate(
     k: int = 1000,
     cache_dir: str | Path | None = None,
     options: EvaluateOptions | None = None,
-    sparse_model: EmbeddingModel | str | None = None,
 ) -> dict[str, Any]:
     """Evaluate a retriever on a BEIR dataset; returns the report (and writes its folder under ``output`` if given).
 
     ``retriever`` is a ``Dense``, ``BM25``, ``Sparse`` or ``Hybrid`` spec (``embedkit.search.retriever``) or the
     name of one with its defaults. ``model`` is the dense or sparse model; a hybrid with a dense and a sparse part
-    takes the sparse one as ``sparse_model``. Corpus embeddings and Lucene indexes are cached in ``cache_dir`` (default
-    ``~/.cache/embedkit/embeddings``). The report folder is written as one unit and swapped in whole; its name ends
-    in a hash of every setting that changes a score, so a rerun with the same settings replaces its own earlier
-    report and any other existing folder is kept unless ``options.overwrite``.
+    takes the sparse one as ``options.sparse_model``. Corpus embeddings and Lucene indexes are cached in
+    ``cache_dir`` (default ``~/.cache/embedkit/embeddings``). The report folder is written as one unit and swapped
+    in whole; its name ends in a hash of every setting that changes a score, so a rerun with the same settings
+    replaces its own earlier report and any other existing folder is kept unless ``options.overwrite``.
     """
     options = options or EvaluateOptions()
     spec = retriever_of(retriever)
@@ -134,7 +134,7 @@ def evaluate(
         described = {**data.describe(), "split": split, "qrels_sha256": data.qrels_sha256(split)}
         absent = check_absent_judged(data, split, options.absent_judged, "absent_judged")
     with timer("load_model") if dense_part(spec) or sparse_part(spec) else nullcontext():
-        retrievals = _model_retrievals(spec, model, sparse_model, cache_dir)
+        retrievals = _model_retrievals(spec, model, options.sparse_model, cache_dir)
     encoded = next(iter(retrievals.values()), None)  # the run's model's retrieval (dense, or sparse alone)
     wanted = max(k, spec.fusion.depth) if isinstance(spec, Hybrid) else k  # a fusion reads each part to its depth
     depth = min(int(wanted), len(data.corpus))  # a k above the corpus size returns the whole corpus

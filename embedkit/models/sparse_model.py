@@ -143,11 +143,13 @@ def load_sparse(name: str, path: Path | None, revision: str | None, *, device: s
     given)."""
     from sentence_transformers.sparse_encoder import SparseEncoder
 
-    from embedkit.models.options import check_max_length
+    from embedkit.models.options import check_max_length, longest_input
 
     network = SparseEncoder(str(path) if path is not None else name, device=device, revision=revision)
     if options.get("max_length") is not None:
-        check_max_length(options["max_length"], network.max_seq_length or options["max_length"], path=path)
+        transformers = [m.auto_model for m in network.modules() if hasattr(m, "auto_model")]  # under a Router too
+        limit = longest_input(transformers[0].config) if transformers else None
+        check_max_length(options["max_length"], limit, path=path)  # the position table, not the saved max length
         network.max_seq_length = options["max_length"]
     prompts = getattr(network, "prompts", {}) or {}
     query_prompt, document_prompt = options.get("query_prompt"), options.get("document_prompt")

@@ -69,8 +69,9 @@ def run_condition(
         condition.retriever,
         output=None if output is None else output / condition.id,
         cache_dir=cache_dir,
-        options=EvaluateOptions(ignore_identical_ids=condition.ignore_identical_ids, data_dir=data_dir),
-        sparse_model=sparse_model,
+        options=EvaluateOptions(
+            ignore_identical_ids=condition.ignore_identical_ids, data_dir=data_dir, sparse_model=sparse_model
+        ),
     )
     passed = True
     for metric, cell in row["metrics"].items():

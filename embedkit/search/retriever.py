@@ -136,8 +136,8 @@ class Hybrid:
 
     dense: Dense | None = field(default_factory=Dense)
     bm25: BM25 | None = field(default_factory=BM25)
-    sparse: Sparse | None = None
     fusion: Fusion = field(default_factory=Fusion)
+    sparse: Sparse | None = None  # last: hybrids were built positionally as (dense, bm25, fusion) before it
     type: ClassVar[str] = "hybrid"
 
     @property
