@@ -51,6 +51,19 @@ def test_a_sparse_model_refuses_dense_only_settings(splade_folder):
         load_model(splade_folder, pooling="mean")
 
 
+def test_a_sparse_model_reads_up_to_its_position_table_not_its_saved_length(splade_folder):
+    """Saved with 64 tokens (as a run trained at 64 is), it still reads 512, and no more."""
+    from embedkit import EmbedkitError
+
+    text = ["fever " * 300]
+    assert load_model(splade_folder).settings["max_length"] == 64
+    longer, saved = load_model(splade_folder, max_length=512), load_model(splade_folder)
+    assert longer.settings["max_length"] == 512
+    assert not np.array_equal(longer.encode_documents(text).values, saved.encode_documents(text).values)
+    with pytest.raises(EmbedkitError, match="at most 512"):
+        load_model(splade_folder, max_length=513)
+
+
 def test_a_sparse_encode_writes_verified_shards_and_resumes_them(splade_folder, scifact, tmp_path):
     """Three sparse shards (indptr, indices, values in one .npz each, hashed in the manifest); a shard lost as a kill
     loses it is re-encoded to the same bytes, the others reused."""
