@@ -165,6 +165,40 @@ def _bytes(folder: Path, pattern: str = "*") -> int:
     return sum(path.stat().st_size for path in folder.rglob(pattern) if path.is_file())
 
 
+def impact_agreement(model, embeddings, vectors, ids: list[str], impact_run: dict, index) -> dict:
+    """The impact index's top 10 against the exact product of the quantised vectors (x100) it stores, and pyserini's
+    ``LuceneImpactSearcher`` opened by hand on the same folder (each query's own quantised vector, read 30 deep and
+    cut in trec_eval's order, as the test does)."""
+    from embedkit.index.sparse_exact import top_hits
+    from embedkit.integrations.pyserini import _openai_key_for_import
+
+    with _openai_key_for_import():
+        from pyserini.search.lucene import LuceneImpactSearcher
+
+    quantised, documents = vectors.quantized(100), embeddings.embeddings().quantized(100).to_scipy()
+    scores, doc_ids = (quantised.to_scipy() @ documents.T).toarray().astype(np.float32), embeddings.ids()
+
+    class OwnVector:
+        def __init__(self) -> None:
+            self.vector: dict[str, int] = {}
+
+        def encode(self, text, **_):
+            return self.vector
+
+    encoder = OwnVector()
+    searcher = LuceneImpactSearcher(str(index.folder), encoder)
+    same_exact = same_hand = 0
+    for i, query_id in enumerate(ids):
+        expected = top_hits(scores[i], doc_ids, 10)
+        same_exact += list(impact_run[query_id].items()) == expected
+        indices, values = quantised.row(i)
+        encoder.vector = dict(zip(model.token_names(indices), map(int, values), strict=True))
+        hits = searcher.search("unused", k=30)
+        by_hand = top_hits(np.array([hit.score for hit in hits], np.float32), [hit.docid for hit in hits], 10)
+        same_hand += [doc for doc, _ in by_hand] == list(impact_run[query_id])
+    return {"queries": len(ids), "equal_to_exact_of_quantised": same_exact, "equal_to_pyserini_by_hand": same_hand}
+
+
 def costs_stage(results: dict, output: Path, finetune: Path, cache: Path, save) -> None:
     """Per sparse arm: non-zeros, sizes, queries/s of each index (search only, one thread, the 300 test queries
     encoded once beforehand) against BM25 in Lucene; the impact index's and Seismic's top 10 against the exact one's
@@ -180,10 +214,10 @@ def costs_stage(results: dict, output: Path, finetune: Path, cache: Path, save) 
         start = time.perf_counter()
         vectors = model.encode_queries(list(queries.values()))
         row = {"query_encode_per_s": len(ids) / (time.perf_counter() - start), "query_nnz": vectors.nnz_stats()}
-        runs = {}
+        runs, indexes = {}, {}
         for engine in ("exact", "impact", "seismic"):
             retrieval = SparseRetrieval(model, Sparse(index=engine), cache)
-            index = retrieval.index(data)
+            index = indexes[engine] = retrieval.index(data)
             start = time.perf_counter()
             if engine == "exact":
                 runs[engine] = {q: dict(hits) for q, hits in zip(ids, index.search(vectors, 10), strict=True)}
@@ -201,6 +235,7 @@ def costs_stage(results: dict, output: Path, finetune: Path, cache: Path, save) 
             np.mean([len(set(exact[q]) & set(runs["seismic"][q])) / max(len(exact[q]), 1) for q in ids])
         )
         row["queries"] = len(ids)
+        row["impact_agreement"] = impact_agreement(model, embeddings, vectors, ids, runs["impact"], indexes["impact"])
         costs[name] = row
     lexical = bm25_searcher(data, "pyserini", k1=0.9, b=0.4, index_dir=cache / f"lucene-{data.corpus_sha256[:16]}")
     start = time.perf_counter()
