@@ -36,3 +36,15 @@ def test_a_sparse_model_trained_through_the_cli_loads_in_both_libraries(objectiv
     ours, theirs = model.encode_queries(QUERIES), SparseRows.from_torch(reference.encode_query(QUERIES))
     assert np.array_equal(ours.indptr, theirs.indptr) and np.array_equal(ours.indices, theirs.indices)
     assert np.allclose(ours.values, theirs.values, rtol=0, atol=1e-5) and ours.nnz > 0
+
+
+def test_a_splade_model_distils_the_mined_files_scores(slice_mined, tmp_path):
+    """``--loss distill``: KL to the scores in the mined file (the mining model's here), through SpladeLoss."""
+    args = ["--data", str(slice_mined), "--num-negatives", "2", "--drop-short-examples", "--max-steps", "2"]
+    done = embedkit_here("train", "--objective", "splade", "--loss", "distill", *args, "--batch-size", "4",
+                         "--max-length", "32", "-o", str(tmp_path / "m"))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    record = json.loads((tmp_path / "m" / "embedkit_training.json").read_text())
+    assert record["steps"] == 2 and record["config"]["loss"] == "distill"
+    assert "SparseDistillKLDivLoss" in (tmp_path / "m" / "README.md").read_text()
+    assert load_model(tmp_path / "m").encode_documents(QUERIES).nnz > 0

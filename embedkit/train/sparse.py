@@ -81,9 +81,13 @@ def sparse_loss(config: Any, network: Any) -> Any:
     """The loss of ``config.objective``."""
     from sentence_transformers.sparse_encoder import losses
 
-    if config.loss != "infonce":
-        raise EmbedkitError(f"the sparse objectives train with infonce, not {config.loss}", field="loss")
-    ranking = losses.SparseMultipleNegativesRankingLoss(network)  # scale 1: sparse dot products are large already
+    if config.loss not in ("infonce", "distill"):
+        raise EmbedkitError(f"the sparse objectives train with infonce or distill, not {config.loss}", field="loss")
+    if config.loss == "distill":  # the teacher's scores over positive and negatives; the student's dot products at
+        # sentence-transformers' sparse temperature (2), not the dense cosine's 0.05
+        ranking = losses.SparseDistillKLDivLoss(network, teacher_temperature=config.teacher_temperature)
+    else:
+        ranking = losses.SparseMultipleNegativesRankingLoss(network)  # scale 1: sparse dot products are large already
     if config.objective == "csr":
         return losses.CSRLoss(network, loss=ranking, beta=config.csr_beta, gamma=config.csr_gamma)
     inference_free = config.objective == "splade-inference-free"
