@@ -34,6 +34,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import numpy as np
+from sparse_report import tables
 
 from embedkit import EvaluateOptions, evaluate, load_dataset, load_model
 from embedkit.evaluation.compare import compare_runs
@@ -264,14 +265,16 @@ def main() -> None:
     def save() -> None:
         path.write_text(json.dumps(results, indent=2))
 
+    if args.table:
+        print(tables(results))
+        return
     if "arms" in args.stage:
         arms_stage(results, output, finetune, cache, args.arm or list(ARMS), save)
     if "hybrids" in args.stage:
         hybrids_stage(results, output, finetune, cache, save)
     if "costs" in args.stage:
         costs_stage(results, output, finetune, cache, save)
-    print(json.dumps({k: {m: v for m, v in row.items() if "ndcg" in m} for k, row in results.items()
-                      if isinstance(row, dict) and "dev_ndcg_at_10" in row}, indent=1))  # fmt: skip
+    print(tables(results))
 
 
 if __name__ == "__main__":
