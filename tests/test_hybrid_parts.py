@@ -20,7 +20,9 @@ def sparse_model(splade_folder):
     return load_model(splade_folder, max_length=32, max_active_dims=48)
 
 
-def test_a_three_way_hybrid_is_rrf_of_its_parts_own_runs(default_model, sparse_model, scifact_subset, tmp_path):
+def test_a_three_way_hybrid_is_rrf_of_its_parts_own_runs(
+    default_model, sparse_model, splade_folder, scifact_subset, tmp_path
+):
     alone = {
         "dense": evaluate(default_model, scifact_subset, "test", Dense(), output=tmp_path / "d", cache_dir=tmp_path),
         "bm25": evaluate(None, scifact_subset, "test", BM25(), output=tmp_path / "b", cache_dir=tmp_path),
@@ -43,6 +45,10 @@ def test_a_three_way_hybrid_is_rrf_of_its_parts_own_runs(default_model, sparse_m
     assert report["model"].get("kind", "dense") == "dense" and report["sparse_model"]["kind"] == "sparse"
     assert "__Flat-bm25-bm25s-splade-exact-rrf__" in report["folder"]
     assert report["metrics"]["ndcg_at_10"] > 0
+    from embedkit.report.markdown import render_markdown
+
+    shown = render_markdown(report)
+    assert f"all-MiniLM-L6-v2 + {splade_folder}" in shown and "sparse_model.max_active_dims | `48`" in shown
 
 
 def _run(folder: str) -> dict[str, dict[str, float]]:

@@ -104,6 +104,7 @@ def delta_plot(deltas: Sequence[float], metric: str, label: str) -> bytes:
 
 def _settings_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
     rows = [(f"model.{k}", repr(v)) for k, v in (report.get("model") or {}).items()]
+    rows += [(f"sparse_model.{k}", repr(v)) for k, v in (report.get("sparse_model") or {}).items()]
     rows += [(f"retriever.{k}", repr(v)) for k, v in report["retriever"].items()]
     rows += [(f"retrieval.{k}", repr(v)) for k, v in (report.get("retrieval") or {}).items()]
     rows += [("settings_sha256", str(report.get("settings_sha256")))]
@@ -117,6 +118,8 @@ def run_name(report: dict[str, Any]) -> str:
     """What produced a run, for titles: the model's name, or the BM25 backend for a lexical run."""
     retriever = report["retriever"]
     name = f"BM25 ({retriever['backend']})" if retriever["type"] == "bm25" else report["model"]["model"]
+    if report.get("sparse_model"):  # a hybrid's second model
+        name = f"{name} + {report['sparse_model']['model']}"
     reranker = report.get("reranker")
     return name if reranker is None else f"{name}, reranked by {reranker['model']} (top {reranker['depth']})"
 

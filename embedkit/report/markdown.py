@@ -18,6 +18,7 @@ def render_markdown(report: dict[str, Any]) -> str:
     title = f"# {dataset['name']} ({dataset['split']}): {run_name(report)}"
     metrics = [(name, f"{value:.4f}") for name, value in report["metrics"].items()]
     settings = [(f"model.{k}", f"`{v!r}`") for k, v in model.items()]
+    settings += [(f"sparse_model.{k}", f"`{v!r}`") for k, v in (report.get("sparse_model") or {}).items()]
     settings += [(f"retriever.{k}", f"`{v!r}`") for k, v in retriever.items()]
     settings += [(f"retrieval.{k}", f"`{v!r}`") for k, v in (report.get("retrieval") or {}).items()]
     settings += [(f"reranker.{k}", f"`{v!r}`") for k, v in (report.get("reranker") or {}).items()]
