@@ -44,6 +44,14 @@ from embedkit.train import TrainConfig, train
 BEIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "beir"
 TRANSFER = ("cranfield", "cisi", "medline", "cacm", "npl", "lisa")
 MAX_ACTIVE_DIMS = 512  # bounds an index when training has not made documents sparse; a trained SPLADE stays below
+
+
+def load_capped(folder: Path):
+    """The model at 256 tokens, its vectors at most ``MAX_ACTIVE_DIMS`` non-zeros (CSR keeps its own k, 96)."""
+    own = load_model(folder, max_length=256).settings["max_active_dims"]
+    return load_model(folder, max_length=256, max_active_dims=min(own or MAX_ACTIVE_DIMS, MAX_ACTIVE_DIMS))
+
+
 BM25_SPEC = BM25(backend="pyserini")
 ARMS = {
     "splade": {"objective": "splade", "flops_query_weight": 3e-4, "flops_document_weight": 1e-4},
@@ -99,7 +107,7 @@ def run_arm(name: str, output: Path, finetune: Path, cache: Path) -> dict:
         doc["title"] + " " + doc["text"] for doc in load_dataset(finetune / "scifact-dev").corpus.select(range(200))
     ]
     uncapped = load_model(trained, max_length=256).encode_documents(sample).nnz_stats()  # what the cap hides
-    model = load_model(trained, max_length=256, max_active_dims=MAX_ACTIVE_DIMS)
+    model = load_capped(trained)
     row = score(model, None, Sparse(), finetune / "scifact-dev", cache, output / "reports", name)
     seconds = {"train_s": round(train_s, 1), "eval_s": round(time.perf_counter() - start - train_s, 1)}
     row |= {"uncapped_document_nnz_first_200": uncapped, "train_seconds_recorded": record.get("train_seconds")}
@@ -138,7 +146,7 @@ HYBRIDS = {  # name: (dense, bm25, sparse)
 def hybrids_stage(results: dict, output: Path, finetune: Path, cache: Path, save) -> None:
     folder = finetune / "scifact-dev"
     splade = chosen_splade(results)
-    sparse_model = load_model(output / "models" / splade, max_length=256, max_active_dims=MAX_ACTIVE_DIMS)
+    sparse_model = load_capped(output / "models" / splade)
     dense = load_model(finetune / "models" / "epochs-6-dev", max_length=256)
     for name, (with_dense, with_bm25, with_sparse) in HYBRIDS.items():
         key = f"hybrid:{name}"
@@ -211,7 +219,7 @@ def costs_stage(results: dict, output: Path, finetune: Path, cache: Path, save) 
     queries = data.split_queries("test")
     ids, costs = list(queries), {}
     for name in ("splade", "splade-inference-free", "csr"):
-        model = load_model(output / "models" / name, max_length=256, max_active_dims=MAX_ACTIVE_DIMS)
+        model = load_capped(output / "models" / name)
         start = time.perf_counter()
         vectors = model.encode_queries(list(queries.values()))
         row = {"query_encode_per_s": len(ids) / (time.perf_counter() - start), "query_nnz": vectors.nnz_stats()}

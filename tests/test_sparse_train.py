@@ -33,6 +33,8 @@ def test_a_sparse_model_trained_through_the_cli_loads_in_both_libraries(objectiv
         assert record["loss"] == "SpladeLoss" and "flops_document_weight" in (output / "README.md").read_text()
     model, reference = load_model(output), SparseEncoder(str(output))
     assert model.kind == "sparse" and model.settings["sparse_kind"] == objective
+    if objective == "csr":  # the auto-encoder's k is the cap in effect, and recorded as such
+        assert model.settings["max_active_dims"] == 96 and model.encode_documents(QUERIES).nnz == 96 * len(QUERIES)
     ours, theirs = model.encode_queries(QUERIES), SparseRows.from_torch(reference.encode_query(QUERIES))
     assert np.array_equal(ours.indptr, theirs.indptr) and np.array_equal(ours.indices, theirs.indices)
     assert np.allclose(ours.values, theirs.values, rtol=0, atol=1e-5) and ours.nnz > 0

@@ -164,5 +164,5 @@ def load_sparse(name: str, path: Path | None, revision: str | None, *, device: s
         document_prompt=prompts.get("document", "") if document_prompt is None else document_prompt,
         dtype=dtype,
         device=device,
-        max_active_dims=options.get("max_active_dims"),
+        max_active_dims=options.get("max_active_dims") or network.max_active_dims,  # recorded as in effect (CSR's k)
     )
