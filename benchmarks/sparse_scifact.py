@@ -111,6 +111,7 @@ def run_arm(name: str, output: Path, finetune: Path, cache: Path) -> dict:
     row = score(model, None, Sparse(), finetune / "scifact-dev", cache, output / "reports", name)
     seconds = {"train_s": round(train_s, 1), "eval_s": round(time.perf_counter() - start - train_s, 1)}
     row |= {"uncapped_document_nnz_first_200": uncapped, "train_seconds_recorded": record.get("train_seconds")}
+    row |= {"loss_history": record["loss_history"], "train_loss": record["train_loss"]}
     return {**row, **seconds, "settings": ARMS[name], "steps": record["steps"], "base_model": record.get("base_model")}
 
 
