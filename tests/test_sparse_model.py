@@ -176,7 +176,7 @@ def test_evaluate_command_runs_splade_and_refuses_other_retrievers_flags(splade_
         (["--retriever", "splade", "--factory", "HNSW32"], "--factory"),
         (["--retriever", "splade", "--quantization", "100"], "--quantization"),
         (["--retriever", "dense", "--sparse-index", "impact"], "--sparse-index"),
-        (["--retriever", "splade", "--sparse-index", "seismic"], "--sparse-index"),
+        (["--retriever", "splade", "--sparse-index", "faiss"], "--sparse-index"),
     ):
         refused = embedkit_here(*common, "-m", str(splade_folder), *extra)
         assert refused.returncode == 2 and message in refused.stderr and len(refused.stderr.strip().splitlines()) == 1
