@@ -20,10 +20,26 @@ from types import FrameType
 from embedkit.storage import kept_so_far
 
 INTERRUPTED = 130
+IMPORT_FRAMES = "<frozen importlib._bootstrap"  # the file name of the frames that run an import
+RETRY_SECONDS = 0.02
+
+
+def importing(frame: FrameType | None) -> bool:
+    """Whether the main thread is inside an import (a module's body, or a native extension's initialisation)."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith(IMPORT_FRAMES):
+            return True
+        frame = frame.f_back
+    return False
 
 
 class CtrlC:
-    """The SIGINT handler of the embedkit command (installed only when it runs as a program, never by the library)."""
+    """The SIGINT handler of the embedkit command (installed only when it runs as a program, never by the library).
+
+    An interrupt that lands during an import is raised once the import is over (a timer checks every
+    ``RETRY_SECONDS``): a native library initialising (torch) calls back into Python, and a ``KeyboardInterrupt``
+    raised there cannot pass through its C++ frames, which abort the process instead.
+    """
 
     def __init__(self) -> None:
         self.count = 0
@@ -33,6 +49,13 @@ class CtrlC:
         if self.count > 1:
             os.write(2, b"embedkit: error: interrupted again; stopped at once (temporary files may remain)\n")
             os._exit(INTERRUPTED)
+        self.raise_when_safe(signal.SIGINT, frame)
+
+    def raise_when_safe(self, signum: int, frame: FrameType | None) -> None:
+        if importing(frame):
+            signal.signal(signal.SIGALRM, self.raise_when_safe)
+            signal.setitimer(signal.ITIMER_REAL, RETRY_SECONDS)
+            return
         raise KeyboardInterrupt
 
     def install(self) -> None:
