@@ -178,6 +178,18 @@ def splade_folder(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def colbert_folder(tmp_path_factory):
+    """A ColBERT model started from the default model by ``embedkit train``'s recipe (its 64-wide token projection
+    initialised from seed 0, untrained; documents up to 64 tokens), saved as a folder."""
+    from embedkit.train.multivector import build_multivector_model
+
+    model, _ = build_multivector_model(None, 64, 64, seed=0)
+    folder = tmp_path_factory.mktemp("colbert") / "model"
+    model.save(str(folder))
+    return folder
+
+
+@pytest.fixture(scope="session")
 def scifact_subset(tmp_path_factory, scifact) -> Path:
     """A small real BEIR folder: 20 SciFact test queries, their relevant docs, and other documents up to 150 (a
     dozen tests encode it into caches of their own: its size is a share of `make test`'s time)."""

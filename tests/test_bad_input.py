@@ -493,6 +493,47 @@ CASES: list[tuple[str, Setup, str]] = [
         ],
         r"option '--hybrid-parts': give two or three of dense,bm25,splade",
     ),
+    # late interaction: the other kind of model or index, another model's index, and its flags
+    (
+        "dense-model-for-colbert",
+        lambda w, a: ["evaluate", "-d", str(a["data"]), "-o", "out", "--retriever", "colbert"],
+        r"'model': '.*' is a dense model; --retriever colbert needs a multi-vector one",
+    ),
+    (
+        "colbert-model-for-a-dense-index",
+        lambda w, a: ["search", "-i", str(a["idx"]), "-d", str(a["data"]), "-o", "r.trec", "-m", str(a["colbert"])],
+        r"is a multi-vector model",
+    ),
+    (
+        "other-colbert-model-for-a-multivector-index",  # another model, with token vectors of another width
+        lambda w, a: [
+            "search",
+            "-i",
+            str(a["colbert_idx"]),
+            "-d",
+            str(a["data"]),
+            "-o",
+            "r",
+            "-m",
+            str(a["other_colbert"]),
+        ],
+        r"the index was built with another model \(model: .*weights_sha256: .*dim: index 64, model 32",
+    ),
+    (
+        "faiss-flag-for-multivector-embeddings",
+        lambda w, a: ["index", "-e", str(a["colbert_emb"]), "-o", "idx", "--factory", "HNSW32"],
+        r"option '--factory': --factory does nothing with a multi-vector model's token vectors",
+    ),
+    (
+        "pool-factor-for-a-dense-model",
+        lambda w, a: ["encode", "--corpus", str(a["data"] / "corpus.jsonl"), "-o", "e", "--pool-factor", "2"],
+        r"'pool_factor': is a dense model: it has no pool factor to choose",
+    ),
+    (
+        "pool-factor-below-one",
+        lambda w, a: ["encode", "--corpus", str(a["data"] / "corpus.jsonl"), "-o", "e", "--pool-factor", "0.5"],
+        r"option '--pool-factor'",
+    ),
     (
         "zero-max-active-dims",
         lambda w, a: ["encode", "--corpus", str(a["data"] / "corpus.jsonl"), "-o", "e", "--max-active-dims", "0"],
@@ -565,7 +606,7 @@ CASES: list[tuple[str, Setup, str]] = [
 
 
 @pytest.fixture(scope="module")
-def assets(tmp_path_factory, scifact_subset, default_model, splade_folder):
+def assets(tmp_path_factory, scifact_subset, default_model, splade_folder, colbert_folder):
     """Read-only inputs shared by the cases: a SciFact cut, its embeddings and index, two BM25 reports."""
     from embedkit import BM25, Index, evaluate, load_dataset
     from embedkit.encode.writer import encode_to_folder
@@ -581,6 +622,12 @@ def assets(tmp_path_factory, scifact_subset, default_model, splade_folder):
     sparse_model = load_model(splade_folder, max_length=32, max_active_dims=32)
     sparse_emb = encode_to_folder(sparse_model, load_dataset(data).corpus, root / "sparse-emb")
     SparseExactIndex.build(sparse_emb).save(root / "sparse-idx")
+    from embedkit.index.multivector_exact import MultiVectorExactIndex
+    from embedkit.train.multivector import build_multivector_model
+
+    colbert_emb = encode_to_folder(load_model(colbert_folder), load_dataset(data).corpus, root / "colbert-emb")
+    MultiVectorExactIndex.build(colbert_emb).save(root / "colbert-idx")
+    build_multivector_model(None, 64, 32, seed=1)[0].save(str(root / "other-colbert"))
     cache = tmp_path_factory.mktemp("bad-input-cache")
     work = tmp_path_factory.mktemp("bad-input-ro")
     return {
@@ -591,6 +638,10 @@ def assets(tmp_path_factory, scifact_subset, default_model, splade_folder):
         "dense": default_model.settings["model"],
         "sparse_emb": root / "sparse-emb",
         "sparse_idx": root / "sparse-idx",
+        "colbert": colbert_folder,
+        "colbert_emb": root / "colbert-emb",
+        "colbert_idx": root / "colbert-idx",
+        "other_colbert": root / "other-colbert",
         "reports": reports,
         "root": root,
         "cache": cache,

@@ -92,6 +92,22 @@ def test_ray_executor_equals_one_process_on_20_documents(tmp_path_factory, tmp_p
     assert_same_folder(tmp_path / "emb", reference)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["sparse", "multivector"])
+def test_ray_executor_encodes_sparse_and_multivector_models(tmp_path_factory, tmp_path, scifact, kind, request):
+    """A SPLADE or ColBERT model's shards through Ray actors (handed texts, encoded by the library's own route) are
+    the single-process folder's, byte for byte."""
+    folder = request.getfixturevalue("splade_folder" if kind == "sparse" else "colbert_folder")
+    model = ["-m", str(folder), "--max-length", "32"] + (["--max-active-dims", "64"] if kind == "sparse" else [])
+    corpus = first_documents(tmp_path_factory, scifact, 20)
+    plain = ["encode", "--corpus", str(corpus), "--shard-size", str(SHARD_SIZE), *model]
+    done = embedkit(*plain, "-o", str(tmp_path / "reference"))
+    assert done.returncode == 0, done.stderr
+    done = subprocess.run([*ray_encode(corpus, tmp_path / "emb"), *model], capture_output=True, text=True, env=ENV)
+    assert done.returncode == 0, done.stderr
+    assert_same_folder(tmp_path / "emb", tmp_path / "reference")
+
+
 # the clean-run twin of the killed-actor test below, on 60 documents, with a resumed second run
 @pytest.mark.slow
 def test_ray_executor_writes_the_single_process_folder(tmp_path_factory, tmp_path, short_corpus):

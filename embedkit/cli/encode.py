@@ -48,6 +48,8 @@ def encode(
     document_prompt: opt.DocumentPrompt = None,
     max_length: opt.MaxLength = None,
     max_active_dims: opt.MaxActiveDims = None,
+    pool_factor: opt.PoolFactor = None,
+    token_dtype: opt.TokenDtype = None,
     dtype: opt.Dtype = None,
     device: opt.Device = None,
     batch_tokens: opt.BatchTokens = None,
@@ -86,7 +88,18 @@ def encode(
     check_worker(worker_id or 0, num_workers or 1)
     opt.at_least(shard_size, 1, "--shard-size")
     options = opt.ModelOptions(
-        model, pooling, query_prompt, document_prompt, max_length, dtype, device, batch_tokens, backend, max_active_dims
+        model,
+        pooling,
+        query_prompt,
+        document_prompt,
+        max_length,
+        dtype,
+        device,
+        batch_tokens,
+        backend,
+        max_active_dims,
+        pool_factor,
+        token_dtype,
     ).check()
     check_embeddings_folder(output)
     from embedkit.outputs import refuse_inside_other_output

@@ -17,7 +17,10 @@ def evaluate(
     output: Annotated[Path, typer.Option("--output", "-o", help="Folder under which the report folder is written.")],
     split: Annotated[str, typer.Option(help="qrels split to evaluate.")] = "test",
     retriever: Annotated[
-        str, typer.Option(help="dense | bm25 | splade (a sparse model) | hybrid (--hybrid-parts fused).")
+        str,
+        typer.Option(
+            help="dense | bm25 | splade (a sparse model) | colbert (a multi-vector model) | hybrid (--hybrid-parts)."
+        ),
     ] = "dense",
     hybrid_parts: Annotated[
         Optional[str],
@@ -43,6 +46,8 @@ def evaluate(
     document_prompt: opt.DocumentPrompt = None,
     max_length: opt.MaxLength = None,
     max_active_dims: opt.MaxActiveDims = None,
+    pool_factor: opt.PoolFactor = None,
+    token_dtype: opt.TokenDtype = None,
     dtype: opt.Dtype = None,
     device: opt.Device = None,
     batch_tokens: opt.BatchTokens = None,
@@ -52,6 +57,7 @@ def evaluate(
     ] = None,
     sparse_index: opt.SparseIndex = None,
     quantization: opt.Quantization = None,
+    late_index: opt.LateIndex = None,
     bm25_k1: Annotated[Optional[float], typer.Option("--bm25-k1", help="BM25 k1. [default: 0.9]")] = None,
     bm25_b: Annotated[Optional[float], typer.Option("--bm25-b", help="BM25 b. [default: 0.4]")] = None,
     fusion: Annotated[
@@ -100,15 +106,16 @@ def evaluate(
         ),
     ] = False,
 ) -> None:
-    """Retrieve (dense, BM25 or hybrid) and score a BEIR split; writes run.trec, report.json, report.md, per_query.json.
+    """Retrieve (dense, BM25, SPLADE, ColBERT or fused) and score a BEIR split; writes run.trec and the reports.
 
     Example: [bold]embedkit evaluate --dataset scifact --output runs --retriever hybrid[/bold]
     """
     from embedkit.outputs import check_parent, refuse_inside_other_output
     from embedkit.search.retriever import MAX_BM25_K1, MAX_QUANTIZATION, MAX_RRF_K, MAX_SEARCH_PARAM, SPARSE_INDEXES
 
-    opt.one_of(retriever, ("dense", "bm25", "splade", "hybrid"), "--retriever")
+    opt.one_of(retriever, ("dense", "bm25", "splade", "colbert", "hybrid"), "--retriever")
     opt.one_of(sparse_index, SPARSE_INDEXES, "--sparse-index")
+    opt.one_of(late_index, ("exact", "ivf"), "--late-index")
     opt.one_of(absent_judged, ("refuse", "miss"), "--absent-judged")
     opt.one_of(harness, ("embedkit", "mteb"), "--harness")
     opt.one_of(metric, ("ip", "l2"), "--metric")
@@ -127,7 +134,18 @@ def evaluate(
     for flag, value in (("--nprobe", nprobe), ("--ef-search", ef_search)):
         opt.at_least(value, 1, flag, maximum=MAX_SEARCH_PARAM)
     options = opt.ModelOptions(
-        model, pooling, query_prompt, document_prompt, max_length, dtype, device, batch_tokens, backend, max_active_dims
+        model,
+        pooling,
+        query_prompt,
+        document_prompt,
+        max_length,
+        dtype,
+        device,
+        batch_tokens,
+        backend,
+        max_active_dims,
+        pool_factor,
+        token_dtype,
     )
     parts = hybrid_part_names(hybrid_parts, retriever)
     weights = parse_weights(fusion_weights, parts)
@@ -141,6 +159,11 @@ def evaluate(
     within = f"with --retriever {retriever}" + (f" --hybrid-parts {','.join(parts)}" if retriever == "hybrid" else "")
     if "bm25" not in uses:
         opt.refuse_unused(lexical, within)
+    late = {"--late-index": late_index, "--nprobe": nprobe if late_index == "ivf" else None}
+    if "colbert" in uses and late_index == "ivf":  # --nprobe is the IVF's over token vectors
+        dense = {flag: value for flag, value in dense.items() if flag != "--nprobe"}
+    if "colbert" not in uses:
+        opt.refuse_unused({"--late-index": late_index}, within)
     if "dense" not in uses:
         opt.refuse_unused(dense, within + " (a sparse index is --sparse-index)" * ("splade" in uses))
     if "splade" not in uses:
@@ -165,7 +188,7 @@ def evaluate(
     if harness == "mteb" and reranking is not None:
         raise EmbedkitError("the mteb harness scores a first stage only; rerank with embedkit's", field="--harness")
     options.check()  # after the refusals above: a model flag given to BM25 is refused as unused, not resolved
-    retriever_spec = spec_from_flags(retriever, dense, lexical, fused, weights, sparse, parts)
+    retriever_spec = spec_from_flags(retriever, dense, lexical, fused, weights, sparse, parts, late)
     check_parent(output / "report")
     refuse_inside_other_output(output, "report", holds=True)  # a later --overwrite there would delete the report
     from embedkit.data.beir import load_dataset
@@ -205,10 +228,11 @@ def spec_from_flags(
     weights: list[float] | None,
     sparse: dict[str, Any] | None = None,
     parts: tuple[str, ...] = ("dense", "bm25"),
+    late: dict[str, Any] | None = None,
 ) -> Any:
     """The ``Retriever`` the flags describe; each flag sets the spec field of the same name (``--bm25-k1`` is
     ``BM25.k1``, ``--fusion-depth`` is ``Fusion.depth``), and a flag not given keeps the field's default."""
-    from embedkit.search.retriever import BM25, Dense, Fusion, Hybrid, Sparse
+    from embedkit.search.retriever import BM25, Dense, Fusion, Hybrid, LateInteraction, Sparse
 
     def given(flags: dict[str, Any], prefix: str = "") -> dict[str, Any]:
         fields = {flag.removeprefix("--").removeprefix(prefix).replace("-", "_"): v for flag, v in flags.items()}
@@ -218,7 +242,8 @@ def spec_from_flags(
     fusion.pop("fusion", None)
     dense_spec, bm25_spec = Dense(**given(dense)), BM25(**given(lexical, "bm25-"))
     sparse_spec = Sparse(**{k.removeprefix("sparse_"): v for k, v in given(sparse or {}).items()})
-    specs = {"dense": dense_spec, "bm25": bm25_spec, "splade": sparse_spec}
+    late_spec = LateInteraction(**{k.removeprefix("late_"): v for k, v in given(late or {}).items()})
+    specs = {"dense": dense_spec, "bm25": bm25_spec, "splade": sparse_spec, "colbert": late_spec}
     if kind == "hybrid":
         chosen = {name: spec if name in parts else None for name, spec in specs.items()}
         return Hybrid(chosen["dense"], chosen["bm25"], Fusion(**fusion), sparse=chosen["splade"]).check()

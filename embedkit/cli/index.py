@@ -42,6 +42,7 @@ def index(
     ] = None,
     sparse_index: opt.SparseIndex = None,
     quantization: opt.Quantization = None,
+    late_index: opt.LateIndex = None,
     data_dir: opt.DataDir = None,
     overwrite: opt.Overwrite = False,
 ) -> None:
@@ -52,7 +53,7 @@ def index(
     Or let a memory budget choose the index: [bold]embedkit index -e emb/msmarco -o idx/ms --max-memory 2GiB[/bold]
 
     A sparse model's embeddings make a sparse index: [bold]embedkit index -e emb/splade -o idx/sp --sparse-index
-    impact[/bold]
+    impact[/bold]; a multi-vector model's a late-interaction one: [bold]--late-index ivf --nprobe 16[/bold]
     """
     from embedkit.errors import EmbedkitError
     from embedkit.outputs import check_output_folder, refuse_inside_other_output
@@ -60,6 +61,7 @@ def index(
     num_partitions = opt.renamed(num_partitions, num_shards, "--num-partitions", "--num-shards")
     opt.one_of(metric, ("ip", "l2"), "--metric")
     opt.one_of(sparse_index, ("exact", "impact", "seismic"), "--sparse-index")
+    opt.one_of(late_index, ("exact", "ivf"), "--late-index")
     opt.at_least(quantization, 1, "--quantization", maximum=1e6)
     from embedkit.index.factory_check import check_factory
     from embedkit.index.faiss_helpers import check_whole
@@ -94,10 +96,22 @@ def index(
 
     folder = EmbeddingsFolder.open(embeddings)
     sparse = {"--sparse-index": sparse_index, "--quantization": quantization}
-    if folder.sparse:
-        faiss = {"--factory": factory, "--nprobe": nprobe, "--ef-search": ef_search, "--rescore": rescore}
+    if folder.sparse or folder.multivector:
+        faiss = {"--factory": factory, "--ef-search": ef_search, "--rescore": rescore, "--max-memory": max_memory}
         faiss |= {"--num-partitions": num_partitions, "--tune": tune or None, "--on-disk": on_disk or None}
-        opt.refuse_unused({**faiss, "--max-memory": max_memory}, "with a sparse model's embeddings")
+        what = "a sparse model's embeddings" if folder.sparse else "a multi-vector model's token vectors"
+        opt.refuse_unused(faiss, f"with {what}")
+    if not folder.multivector:
+        opt.refuse_unused({"--late-index": late_index}, "without a multi-vector model's token vectors")
+    if folder.multivector:
+        opt.refuse_unused(sparse, "with a multi-vector model's token vectors (they are for a sparse model's)")
+        if (late_index or "exact") == "exact":
+            opt.refuse_unused({"--nprobe": nprobe}, "with the exact multi-vector index (it is for ivf)")
+        _multivector(folder, output, late_index or "exact", nprobe, overwrite)
+        return
+    if folder.sparse:
+        opt.refuse_unused({"--nprobe": nprobe}, f"with {what}")
+    if folder.sparse:
         _sparse(folder, output, sparse_index or "exact", quantization, overwrite)
         return
     opt.refuse_unused(sparse, "with dense embeddings (FAISS indexes them)")
@@ -175,6 +189,28 @@ def _sparse(folder, output: Path, engine: str, quantization: float | None, overw
         build_impact_index(output, folder.ids(), rows, names, settings, quantization=quantization or 100.0,
                            overwrite=overwrite)  # fmt: skip
     typer.echo(f"{folder.manifest['count']} sparse vectors indexed ({engine}) at {output}")
+
+
+def _multivector(folder, output: Path, engine: str, nprobe: int | None, overwrite: bool) -> None:
+    """A multi-vector model's token vectors: the exact index (exhaustive MaxSim), or an IVF over the tokens."""
+    from embedkit.errors import EmbedkitError
+    from embedkit.index.multivector_exact import MULTIVECTOR_INDEX_KIND, MultiVectorExactIndex
+    from embedkit.outputs import check_output_folder, refuse_inside_other_output
+
+    check_output_folder(output, MULTIVECTOR_INDEX_KIND, overwrite)
+    refuse_inside_other_output(output, "index")
+    if not folder.complete:
+        raise EmbedkitError("the embeddings are incomplete; rerun 'embedkit encode' to finish them", path=folder.path)
+    if engine == "exact":
+        MultiVectorExactIndex.build(folder).save(output, overwrite=overwrite)
+    else:
+        from embedkit.index.multivector_ivf import MultiVectorIVFIndex
+
+        built = MultiVectorIVFIndex.build(folder)
+        built.set_search_params(nprobe=nprobe)
+        built.save(output, overwrite=overwrite)
+    how = "exact MaxSim" if engine == "exact" else "an IVF over token vectors, MaxSim over its candidates"
+    typer.echo(f"{folder.manifest['count']} documents' token vectors indexed ({how}) at {output}")
 
 
 def _choose(folder, settings, budget, target_recall, ndcg_drop, dataset, split, data_dir):

@@ -39,9 +39,23 @@ Backend = Annotated[
 MaxActiveDims = Annotated[
     Optional[int], typer.Option(help="A sparse model's vectors keep their largest this many weights.")
 ]
+PoolFactor = Annotated[
+    Optional[float],
+    typer.Option(help="A multi-vector model keeps about 1/N of each document's token vectors (hierarchical pooling)."),
+]
+TokenDtype = Annotated[
+    Optional[str],
+    typer.Option(help="A multi-vector model's token vectors as stored: float16 | float32. [default: float16]"),
+]
 SparseIndex = Annotated[
     Optional[str],
     typer.Option(help="exact (sparse products) | impact (Lucene, pyserini) | seismic (approximate). [default: exact]"),
+]
+LateIndex = Annotated[
+    Optional[str],
+    typer.Option(
+        help="A multi-vector model's index: exact (MaxSim over all) | ivf (candidates by token). [default: exact]"
+    ),
 ]
 Quantization = Annotated[Optional[float], typer.Option(help="Impact index weights: round(w * this). [default: 100]")]
 BatchTokens = Annotated[Optional[int], typer.Option(help="Padded tokens per batch (default 4096 CPU, 65536 GPU).")]
@@ -112,6 +126,8 @@ class ModelOptions:
     batch_tokens: int | None = None
     backend: str | None = None
     max_active_dims: int | None = None
+    pool_factor: float | None = None
+    token_dtype: str | None = None
 
     def check(self) -> ModelOptions:
         from embedkit.models.options import POOLINGS, check_run_options
@@ -122,6 +138,8 @@ class ModelOptions:
         at_least(self.max_length, 1, "--max-length")
         at_least(self.batch_tokens, 1, "--batch-tokens")
         at_least(self.max_active_dims, 1, "--max-active-dims")
+        at_least(self.pool_factor, 1, "--pool-factor")
+        one_of(self.token_dtype, ("float16", "float32"), "--token-dtype")
         if self.model is not None:
             resolve_model(self.model)  # a missing folder or an uncached Hub name: one line now, not after torch loads
         if self.device not in (None, "cpu"):

@@ -53,12 +53,19 @@ def search(
     refuse_inside_other_output(output, "TREC run")
     from embedkit.data.beir import load_dataset, load_queries
     from embedkit.index.partitioned import load_index
+    from embedkit.search.late_interaction import open_multivector_index
     from embedkit.search.sparse import open_sparse_index
 
-    sparse = open_sparse_index(index)  # a sparse model's index (exact, Lucene impact, Seismic), else FAISS's
+    # a multi-vector model's index (exact, IVF), a sparse model's (exact, Lucene impact, Seismic), else FAISS's
+    late = open_multivector_index(index)
+    sparse = open_sparse_index(index) if late is None else late
     if sparse is not None:
-        faiss = {"--nprobe": nprobe, "--ef-search": ef_search, "--rescore": rescore, "--embeddings": embeddings}
-        opt.refuse_unused(faiss, "with a sparse index")
+        faiss = {"--ef-search": ef_search, "--rescore": rescore, "--embeddings": embeddings}
+        if not hasattr(late, "set_search_params"):  # an IVF over token vectors takes --nprobe
+            faiss["--nprobe"] = nprobe
+        opt.refuse_unused(faiss, "with a sparse or exact multi-vector index")
+        if nprobe is not None:
+            late.set_search_params(nprobe=nprobe)
     opened = sparse if sparse is not None else load_index(index)  # files checked before any model loads
     if embeddings is not None:
         opened.attach_vectors(embeddings)
@@ -73,10 +80,12 @@ def search(
 
     given = {name: value for name, value in vars(runtime).items() if value is not None}
     if sparse is not None:
+        from embedkit.search.late_interaction import late_search
         from embedkit.search.sparse import sparse_search
 
         embedder = load_model_from_settings(opened.settings, **given)
-        run, _ = sparse_search(embedder, opened, texts, k, ignore_identical_ids)
+        searcher = sparse_search if late is None else late_search
+        run, _ = searcher(embedder, opened, texts, k, ignore_identical_ids)
         write_run(output, run)
         typer.echo(f"{len(run)} queries searched; run written to {output}")
         return

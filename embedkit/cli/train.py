@@ -21,7 +21,7 @@ def train(
         Optional[str],
         typer.Option(
             help="supervised | simcse | cropping (bi-encoders) | cross-encoder (a reranker) | splade | "
-            "splade-inference-free | csr (learned sparse)."
+            "splade-inference-free | csr (learned sparse) | colbert (late interaction)."
         ),
     ] = None,
     dataset: run.Dataset = None,
@@ -60,6 +60,12 @@ def train(
         Optional[float], typer.Option(help="Inference-free SPLADE: the query table's learning rate. [default: 1e-3]")
     ] = None,
     csr_k: Annotated[Optional[int], typer.Option(help="CSR: latents kept per vector. [default: 96]")] = None,
+    scoring: Annotated[
+        Optional[str], typer.Option(help="colbert: how it scores while training, colbert | xtr. [default: colbert]")
+    ] = None,
+    projection_dim: Annotated[
+        Optional[int], typer.Option(help="colbert: the token vectors' width. [default: 128]")
+    ] = None,
     batch_size: run.BatchSize = None,
     epochs: run.Epochs = None,
     max_steps: run.MaxSteps = None,

@@ -15,6 +15,7 @@ import numpy as np
 
 from embedkit.encode.layout import FORMAT, MANIFEST, SETTINGS, SETTINGS_FORMAT
 from embedkit.errors import EmbedkitError
+from embedkit.multivector import TokenRows
 from embedkit.outputs import output_lock
 from embedkit.sparse import SparseRows
 from embedkit.storage import load_npy, read_json, read_lines, sha256_file, write_json
@@ -178,8 +179,13 @@ class EmbeddingsFolder:
                     )
             self._verified.add(index)
         ids = read_lines(ids_path)
-        vectors = load_sparse_rows(vectors_path, self.manifest["dim"]) if self.sparse else load_npy(vectors_path, mmap)
-        shape = (len(vectors), vectors.dim) if self.sparse else vectors.shape
+        if self.sparse:
+            vectors = load_sparse_rows(vectors_path, self.manifest["dim"])
+        elif self.multivector:
+            vectors = load_token_rows(vectors_path)
+        else:
+            vectors = load_npy(vectors_path, mmap)
+        shape = (len(vectors), vectors.dim) if self.sparse or self.multivector else vectors.shape
         if shape != (entry["count"], self.manifest["dim"]) or len(ids) != entry["count"]:
             raise EmbedkitError(
                 f"holds {shape} vectors and {len(ids)} ids, manifest.json says {entry['count']} x "
@@ -196,11 +202,19 @@ class EmbeddingsFolder:
         """Learned sparse vectors (``SparseRows`` per shard, ``.npz`` files) rather than dense rows."""
         return self.settings.get("kind") == "sparse"
 
-    def embeddings(self) -> np.ndarray | SparseRows:
-        """All vectors in corpus order (float32 rows, or ``SparseRows`` for a sparse model)."""
+    @property
+    def multivector(self) -> bool:
+        """Token vectors of a late-interaction model (``TokenRows`` per shard, ``.npz`` files)."""
+        return self.settings.get("kind") == "multivector"
+
+    def embeddings(self) -> np.ndarray | SparseRows | TokenRows:
+        """All vectors in corpus order (float32 rows; ``SparseRows`` for a sparse model, ``TokenRows`` for a
+        multi-vector one)."""
         shards = [self.shard(entry)[1] for entry in self.manifest["shards"]]
         if self.sparse:
             return SparseRows.vstack(shards, self.manifest["dim"])
+        if self.multivector:
+            return TokenRows.vstack(shards, self.manifest["dim"], self.settings.get("token_dtype") or "float16")
         if not shards:
             return np.empty((0, self.manifest["dim"]), dtype=np.float32)
         return np.concatenate(shards, axis=0)
@@ -218,6 +232,15 @@ def load_sparse_rows(path: Path, dim: int) -> SparseRows:
             return SparseRows(arrays["indptr"], arrays["indices"], arrays["values"], dim)
     except (ValueError, KeyError, EOFError, OSError, zipfile.BadZipFile) as err:
         raise EmbedkitError(f"not a readable sparse shard ({str(err).splitlines()[0]})", path=path) from None
+
+
+def load_token_rows(path: Path) -> TokenRows:
+    """A multi-vector shard (``TokenRows``' two arrays in one ``.npz``); a damaged file is one line."""
+    try:
+        with np.load(path, allow_pickle=False) as arrays:
+            return TokenRows(arrays["offsets"], arrays["vectors"])
+    except (ValueError, KeyError, EOFError, OSError, zipfile.BadZipFile) as err:
+        raise EmbedkitError(f"not a readable multi-vector shard ({str(err).splitlines()[0]})", path=path) from None
 
 
 def shard_is_intact(folder: Path, shard: dict[str, Any]) -> bool:

@@ -65,12 +65,14 @@ def import_ray() -> Any:
 
 
 def _read_and_tokenize(row: dict[str, Any], corpus: Any, batcher: Any, prompt: str) -> dict[str, Any]:
-    """One shard's ids and its batches of features (pickled: a column of bytes crosses Arrow unchanged)."""
+    """One shard's ids and its batches of features, or its texts for a model without a batcher (a sparse or
+    multi-vector one encodes through its library's own route); pickled: a column of bytes crosses Arrow unchanged."""
     import ray
 
     documents = ray.get(corpus)
     ids, texts = shard_rows(documents, int(row["start"]), int(row["stop"]))
-    return {"index": row["index"], "payload": pickle.dumps((ids, list(batcher.batches(texts, prompt))))}
+    work = texts if batcher is None else list(batcher.batches(texts, prompt))
+    return {"index": row["index"], "payload": pickle.dumps((ids, work))}
 
 
 class ShardEncoder:
@@ -99,16 +101,24 @@ class ShardEncoder:
 
         from embedkit.models.batching import embed_features
 
-        ids, batches = pickle.loads(row["payload"])
+        ids, work = pickle.loads(row["payload"])
         index = int(row["index"])
         entry = committed_shard(self.folder, index, len(ids))
-        if entry is None:
+        if entry is None and not _dense(self.model):
+            entry = commit_shard(self.folder, index, ids, self.model.encode_documents(work))
+        elif entry is None:
             vectors = np.empty((len(ids), self.model.dim), dtype=np.float32)
             with torch.inference_mode():
-                for batch, features in batches:
+                for batch, features in work:
                     vectors[batch] = embed_features(self.model, features)
             entry = commit_shard(self.folder, index, ids, vectors)
         return {"entry": json.dumps(entry)}
+
+
+def _dense(model: Any) -> bool:
+    """A single-vector model, encoded from batches tokenized in the read tasks (a sparse or multi-vector model is
+    handed its texts)."""
+    return getattr(model, "kind", "dense") == "dense"
 
 
 class RayExecutor:
@@ -193,12 +203,9 @@ class RayExecutor:
         stop = self._start(ray)
         try:
             cpus, threads = self._actor_resources(ray)
-            runtime = {
-                "dtype": model.dtype,
-                "device": "cuda" if self.settings.gpus_per_worker > 0 else model.device,
-                "batch_tokens": model.batch_tokens,
-                "backend": model.backend,
-            }
+            runtime = {"dtype": model.dtype, "device": "cuda" if self.settings.gpus_per_worker > 0 else model.device}
+            if _dense(model):
+                runtime |= {"batch_tokens": model.batch_tokens, "backend": model.backend}
             shards = [
                 {"index": index, "start": index * shard_size, "stop": min(len(corpus), (index + 1) * shard_size)}
                 for index in pending
@@ -207,7 +214,7 @@ class RayExecutor:
                 _read_and_tokenize,
                 fn_kwargs={
                     "corpus": ray.put(corpus),
-                    "batcher": TextBatcher.of(model),
+                    "batcher": TextBatcher.of(model) if _dense(model) else None,
                     "prompt": model.document_prompt,
                 },
                 num_cpus=READ_TASK_CPUS,

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from embedkit.data.beir import doc_text
+from embedkit.multivector import TokenRows
 from embedkit.sparse import SparseRows
 from embedkit.storage import save_npy, save_npz, sha256_file, write_lines
 from embedkit.validation import check_id
@@ -34,7 +35,7 @@ def shard_rows(corpus: Any, start: int, stop: int) -> tuple[list[str], list[str]
     return ids, [doc_text(d) for d in docs]
 
 
-VECTOR_SUFFIXES = (".npy", ".npz")  # dense rows; sparse rows (``SparseRows``: indptr, indices, values)
+VECTOR_SUFFIXES = (".npy", ".npz")  # dense rows; sparse rows (``SparseRows``) or token vectors (``TokenRows``)
 
 
 def shard_entry(folder: Path, index: int, count: int, suffix: str = ".npy") -> dict[str, Any]:
@@ -50,10 +51,15 @@ def shard_entry(folder: Path, index: int, count: int, suffix: str = ".npy") -> d
     }
 
 
-def commit_shard(folder: Path, index: int, ids: list[str], vectors: np.ndarray | SparseRows) -> dict[str, Any]:
+def commit_shard(
+    folder: Path, index: int, ids: list[str], vectors: np.ndarray | SparseRows | TokenRows
+) -> dict[str, Any]:
     """Write the ids, then the vectors (each atomically): a shard's vector file existing means it is complete."""
     name = shard_name(index)
     write_lines(folder / f"{name}.docid", ids)
+    if isinstance(vectors, TokenRows):  # with its tokens and stored bytes per document, what a late index holds
+        save_npz(folder / f"{name}.npz", offsets=vectors.offsets, vectors=vectors.vectors)
+        return shard_entry(folder, index, len(ids), ".npz") | {"tokens": vectors.token_stats()}
     if isinstance(vectors, SparseRows):  # with its non-zeros per document, what a sparse index stores and reads
         save_npz(folder / f"{name}.npz", indptr=vectors.indptr, indices=vectors.indices, values=vectors.values)
         return shard_entry(folder, index, len(ids), ".npz") | {"nnz": vectors.nnz_stats()}

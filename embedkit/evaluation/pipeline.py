@@ -25,14 +25,17 @@ from embedkit.reranking.settings import RerankSettings
 from embedkit.search.bm25 import bm25_searcher, drop_identical
 from embedkit.search.dense import DenseRetrieval
 from embedkit.search.fusion import fuse
+from embedkit.search.late_interaction import LateInteractionRetrieval
 from embedkit.search.retriever import (
     BM25,
     Dense,
     Hybrid,
+    LateInteraction,
     Retriever,
     Sparse,
     bm25_part,
     dense_part,
+    late_part,
     retriever_of,
     sparse_part,
     to_dict,
@@ -77,7 +80,7 @@ def _name_parts(spec: Retriever, model: dict[str, Any] | None, reranker: RerankS
         parts = model["model"], spec.factory
     elif isinstance(spec, BM25):
         parts = "bm25", spec.backend
-    elif isinstance(spec, Sparse):
+    elif isinstance(spec, (Sparse, LateInteraction)):
         parts = model["model"], spec.label
     else:
         fused = "+".join(part.label for part in spec.parts.values())
@@ -111,8 +114,9 @@ def evaluate(
 ) -> dict[str, Any]:
     """Evaluate a retriever on a BEIR dataset; returns the report (and writes its folder under ``output`` if given).
 
-    ``retriever`` is a ``Dense``, ``BM25``, ``Sparse`` or ``Hybrid`` spec (``embedkit.search.retriever``) or the
-    name of one with its defaults. ``model`` is the dense or sparse model; a hybrid with a dense and a sparse part
+    ``retriever`` is a ``Dense``, ``BM25``, ``Sparse``, ``LateInteraction`` or ``Hybrid`` spec
+    (``embedkit.search.retriever``) or the name of one with its defaults. ``model`` is the dense, sparse or
+    multi-vector model; a hybrid with a dense and a sparse part
     takes the sparse one as ``options.sparse_model``. Corpus embeddings and Lucene indexes are cached in
     ``cache_dir`` (default ``~/.cache/embedkit/embeddings``). The report folder is written as one unit and swapped
     in whole; its name ends in a hash of every setting that changes a score, so a rerun with the same settings
@@ -133,7 +137,7 @@ def evaluate(
         qrels, queries = data.qrels(split), data.split_queries(split)
         described = {**data.describe(), "split": split, "qrels_sha256": data.qrels_sha256(split)}
         absent = check_absent_judged(data, split, options.absent_judged, "absent_judged")
-    with timer("load_model") if dense_part(spec) or sparse_part(spec) else nullcontext():
+    with timer("load_model") if dense_part(spec) or sparse_part(spec) or late_part(spec) else nullcontext():
         retrievals = _model_retrievals(spec, model, options.sparse_model, cache_dir)
     encoded = next(iter(retrievals.values()), None)  # the run's model's retrieval (dense, or sparse alone)
     wanted = max(k, spec.fusion.depth) if isinstance(spec, Hybrid) else k  # a fusion reads each part to its depth
@@ -236,7 +240,7 @@ def evaluate(
 
 def _model_retrievals(
     spec: Retriever, model: Any, sparse_model: Any, cache_dir: str | Path | None
-) -> dict[str, DenseRetrieval | SparseRetrieval]:
+) -> dict[str, DenseRetrieval | SparseRetrieval | LateInteractionRetrieval]:
     """The spec's model parts by run name, the run's model's first: a dense part searches ``model``, a sparse part
     ``sparse_model`` beside a dense part and ``model`` alone."""
     dense, sparse = dense_part(spec), sparse_part(spec)
@@ -244,10 +248,12 @@ def _model_retrievals(
         raise EmbedkitError("a second model is for a hybrid's sparse part beside a dense part", field="sparse_model")
     if dense and sparse and sparse_model is None:
         raise EmbedkitError("a hybrid of dense and splade parts needs the sparse model too", field="sparse_model")
-    if not (dense or sparse):
+    if not (dense or sparse or late_part(spec)):
         return {}
     model = _load_model(model) if model is None or isinstance(model, (str, Path)) else model
-    retrievals: dict[str, DenseRetrieval | SparseRetrieval] = {}
+    if late_part(spec):
+        return {"colbert": LateInteractionRetrieval(model, late_part(spec), cache_dir)}
+    retrievals: dict[str, DenseRetrieval | SparseRetrieval | LateInteractionRetrieval] = {}
     if dense:
         retrievals["dense"] = DenseRetrieval(model, dense, cache_dir)
     if sparse and dense:
@@ -259,7 +265,7 @@ def _model_retrievals(
 
 def _retrieve(
     spec: Retriever,
-    retrievals: dict[str, DenseRetrieval | SparseRetrieval],
+    retrievals: dict[str, DenseRetrieval | SparseRetrieval | LateInteractionRetrieval],
     data: BeirDataset,
     queries: dict[str, str],
     k: int,
@@ -282,6 +288,9 @@ def _retrieve(
             retrieval["search_params"] = dict(getattr(index, "search_params", {}))
         if isinstance(encoded, SparseRetrieval):
             retrieval["sparse"] = {"query_nnz": encoded.query_nnz, "document_nnz": encoded.document_nnz(data)}
+        if isinstance(encoded, LateInteractionRetrieval):
+            tokens = {"query_tokens": encoded.query_tokens, "document_tokens": encoded.document_tokens(data)}
+            retrieval["late_interaction"] = tokens
     lexical_spec = bm25_part(spec)
     if lexical_spec is not None:
         lucene_dir = Path(cache_dir or default_cache_root()) / f"lucene-{data.corpus_sha256[:16]}"

@@ -15,6 +15,7 @@ from embedkit.models.backends import apply_backend
 from embedkit.models.device import effective_dtype, pick_device
 from embedkit.models.dupmae_pooling import DupMAEPooling
 from embedkit.models.embedding_model import EmbeddingModel
+from embedkit.models.multivector_model import is_multivector_folder, load_multivector
 from embedkit.models.options import check_max_length, check_run_options, stack_limit
 from embedkit.models.reference import folder_hint, hub_offline, resolve_model
 from embedkit.models.sparse_model import is_sparse_folder, load_sparse
@@ -101,6 +102,8 @@ def load_model(
     batch_tokens: int | None = None,
     backend: str | None = None,
     max_active_dims: int | None = None,
+    pool_factor: float | None = None,
+    token_dtype: str | None = None,
 ) -> EmbeddingModel:
     """Load an embedding model; ``None`` is the packaged all-MiniLM-L6-v2.
 
@@ -108,7 +111,10 @@ def load_model(
     normalises); what is used is recorded in ``model.settings``. ``backend`` is ``torch`` (the default: ``dtype``
     float32, or bfloat16/float16 under torch autocast) or a CPU engine asked for by name: ``torch-int8``, ``onnx``,
     ``onnx-int8``, ``openvino`` (see ``embedkit.models.backends``). bfloat16 on a CPU without bf16 instructions warns
-    once and runs float32, and is recorded as such.
+    once and runs float32, and is recorded as such. A sentence-transformers ``SparseEncoder`` folder loads as a
+    ``SparseModel`` (``max_active_dims`` caps its vectors) and a ``MultiVectorEncoder`` folder as a
+    ``MultiVectorModel`` (``pool_factor``: hierarchical token pooling of documents; ``token_dtype``: float16 or
+    float32 token vectors).
     A local folder is recorded by its absolute path, so what is recorded reloads from any working directory.
     """
     check_number(max_length, "max_length", minimum=1)
@@ -120,18 +126,22 @@ def load_model(
     device = pick_device(device)
     if backend == "torch":
         dtype = effective_dtype(device, dtype)
-    if path.is_dir() and is_sparse_folder(path):
-        if pooling is not None or normalize is not None or backend != "torch":
-            raise EmbedkitError(
-                "is a sparse model (SparseEncoder): it has no pooling, normalisation or other backend to choose",
-                path=path,
-                field="pooling" if pooling is not None else "normalize" if normalize is not None else "backend",
-            )
+    prompts = {"query_prompt": query_prompt, "document_prompt": document_prompt, "max_length": max_length}
+    sparse, multivector = path.is_dir() and is_sparse_folder(path), path.is_dir() and is_multivector_folder(path)
+    if sparse or multivector:
+        what = "a sparse model (SparseEncoder)" if sparse else "a multi-vector model (MultiVectorEncoder)"
+        _refuse_dense_options(what, path, pooling=pooling, normalize=normalize, backend=backend != "torch")
+    if sparse:
+        _refuse_dense_options(what, path, pool_factor=pool_factor, token_dtype=token_dtype)
         check_number(max_active_dims, "max_active_dims", minimum=1)
-        prompts = {"query_prompt": query_prompt, "document_prompt": document_prompt, "max_length": max_length}
         return load_sparse(name, path, revision, device=device, dtype=dtype, max_active_dims=max_active_dims, **prompts)
+    if multivector:
+        _refuse_dense_options(what, path, max_active_dims=max_active_dims)
+        pooled = {"pool_factor": pool_factor, "token_dtype": token_dtype}
+        return load_multivector(name, path, revision, device=device, dtype=dtype, **pooled, **prompts)
     if max_active_dims is not None:
         raise EmbedkitError("caps a sparse model's vectors; this is a dense model", field="max_active_dims")
+    _refuse_dense_options("a dense model", None, pool_factor=pool_factor, token_dtype=token_dtype)
     try:
         model, pooling = _load_stack(name, path, device, revision, pooling, normalize)
     except EmbedkitError:
@@ -171,6 +181,13 @@ def load_model(
     )
 
 
+def _refuse_dense_options(what: str, path: Path | None, **given: Any) -> None:
+    """One line for an option the model's kind does not have (given: not None, and not False)."""
+    for field, value in given.items():
+        if value is not None and value is not False:
+            raise EmbedkitError(f"is {what}: it has no {field.replace('_', ' ')} to choose", path=path, field=field)
+
+
 def load_model_from_settings(settings: dict[str, Any], **runtime: Any) -> EmbeddingModel:
     """The model recorded in a manifest, an index's meta.json or a report, with every setting that changes its
     vectors (pooling, prompts, max length, normalisation); ``runtime`` adds how to run it (dtype, device, backend,
@@ -182,7 +199,8 @@ def load_model_from_settings(settings: dict[str, Any], **runtime: Any) -> Embedd
         "max_length": settings.get("max_length"),
         "normalize": settings.get("normalize"),
     }
-    if settings.get("max_active_dims") is not None:  # a sparse model's cap on non-zeros per vector
-        recorded["max_active_dims"] = settings["max_active_dims"]
+    for key in ("max_active_dims", "pool_factor", "token_dtype"):  # a sparse or multi-vector model's own
+        if settings.get(key) is not None:
+            recorded[key] = settings[key]
     recorded.update({key: value for key, value in runtime.items() if key != "model"})
     return load_model(runtime.get("model") or settings.get("model"), **recorded)

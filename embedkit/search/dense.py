@@ -60,9 +60,12 @@ class DenseRetrieval:
         cache_dir: str | Path | None = None,
         executor: ShardExecutor | None = None,
     ) -> None:
-        if getattr(model, "kind", "dense") == "sparse":
+        kind = getattr(model, "kind", "dense")
+        if kind != "dense":
+            how = {"sparse": "a sparse model (SparseEncoder)", "multivector": "a multi-vector model"}
+            retriever = {"sparse": "splade", "multivector": "colbert"}
             raise EmbedkitError(
-                f"'{model.name}' is a sparse model (SparseEncoder); search it with --retriever splade", field="model"
+                f"'{model.name}' is {how[kind]}; search it with --retriever {retriever[kind]}", field="model"
             )
         self.model = model
         self.executor = executor

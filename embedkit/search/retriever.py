@@ -1,5 +1,5 @@
-"""A first-stage retriever as one typed value: ``Dense``, ``BM25``, ``Sparse`` (``splade``) or ``Hybrid`` (any two or
-three of them, fused).
+"""A first-stage retriever as one typed value: ``Dense``, ``BM25``, ``Sparse`` (``splade``), ``LateInteraction``
+(``colbert``) or ``Hybrid`` (any two or three of dense, BM25 and SPLADE, fused).
 
 The CLI builds it from its flags, ``embedkit.evaluate`` takes it, the reproduction YAML writes it under
 ``retriever:`` with the same field names, and a report records it as ``to_dict`` gives it, so
@@ -25,6 +25,7 @@ MAX_RRF_K = 1_000_000
 MAX_FUSION_WEIGHT = 1e6
 BM25_BACKENDS = ("bm25s", "pyserini")
 SPARSE_INDEXES = ("exact", "impact", "seismic")
+LATE_INDEXES = ("exact", "ivf")
 MAX_QUANTIZATION = 1e6  # Lucene stores an impact as a 32-bit integer: weights above ~2000 times this overflow
 
 
@@ -106,6 +107,30 @@ class Sparse:
 
 
 @dataclass(frozen=True)
+class LateInteraction:
+    """A multi-vector model's token vectors (ColBERT), scored by MaxSim over an ``exact`` index (every document's
+    tokens: the reference) or an ``ivf`` one (candidates from an IVF over token vectors: ``nprobe`` lists, the
+    ``candidates`` nearest tokens of each query token; MaxSim over those documents)."""
+
+    index: str = "exact"
+    nprobe: int | None = None
+    candidates: int | None = None
+    type: ClassVar[str] = "colbert"
+
+    @property
+    def label(self) -> str:
+        return f"colbert-{self.index}"
+
+    def check(self) -> LateInteraction:
+        _choose(self.index, LATE_INDEXES, "index")
+        for name in ("nprobe", "candidates"):
+            check_whole(getattr(self, name), name, minimum=1, maximum=MAX_SEARCH_PARAM)
+        if self.index == "exact" and (self.nprobe, self.candidates) != (None, None):
+            raise EmbedkitError("nprobe and candidates are the ivf index's; not for the exact one", field="index")
+        return self
+
+
+@dataclass(frozen=True)
 class Fusion:
     """Reciprocal-rank fusion, or interpolation of min-max normalised scores (``weights``: one per part of the
     hybrid, in the order dense, bm25, splade)."""
@@ -161,8 +186,8 @@ class Hybrid:
         return self
 
 
-Retriever = Union[Dense, BM25, Sparse, Hybrid]
-KINDS: dict[str, type] = {"dense": Dense, "bm25": BM25, "splade": Sparse, "hybrid": Hybrid}
+Retriever = Union[Dense, BM25, Sparse, LateInteraction, Hybrid]
+KINDS: dict[str, type] = {"dense": Dense, "bm25": BM25, "splade": Sparse, "colbert": LateInteraction, "hybrid": Hybrid}
 
 
 def to_dict(retriever: Retriever) -> dict[str, Any]:
@@ -214,7 +239,7 @@ def from_dict(values: Any, path: Any = None, name: str = "retriever") -> Retriev
 
 def retriever_of(value: Retriever | str | dict) -> Retriever:
     """A spec from a spec, a type name or a mapping."""
-    if isinstance(value, (Dense, BM25, Sparse, Hybrid)):
+    if isinstance(value, (Dense, BM25, Sparse, LateInteraction, Hybrid)):
         return value.check()
     return from_dict(value)
 
@@ -229,3 +254,7 @@ def bm25_part(retriever: Retriever) -> BM25 | None:
 
 def sparse_part(retriever: Retriever) -> Sparse | None:
     return retriever if isinstance(retriever, Sparse) else retriever.sparse if isinstance(retriever, Hybrid) else None
+
+
+def late_part(retriever: Retriever) -> LateInteraction | None:
+    return retriever if isinstance(retriever, LateInteraction) else None

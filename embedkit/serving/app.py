@@ -15,6 +15,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.responses import HTMLResponse, JSONResponse
 
+from embedkit.multivector import TokenRows
 from embedkit.serving import bodies
 from embedkit.serving.batcher import MicroBatcher, WorkFailed
 from embedkit.serving.bodies import EmbeddingsRequest, SearchRequest
@@ -83,6 +84,10 @@ def create_app(engine: Engine, settings: ServeSettings) -> FastAPI:
                 raise RequestError("encoding_format", "a sparse model's vectors are given as 'float' only")
             rows = [vectors.row(i) for i in range(len(texts))]
             encoded = [{"indices": indices.tolist(), "values": values.tolist()} for indices, values in rows]
+        elif isinstance(vectors, TokenRows):  # a multi-vector model: each text's token vectors
+            if request.encoding_format != "float":
+                raise RequestError("encoding_format", "a multi-vector model's vectors are given as 'float' only")
+            encoded = [vectors.row(i).astype("float32").tolist() for i in range(len(texts))]
         elif request.encoding_format == "base64":  # OpenAI's: little-endian float32 bytes
             encoded = [base64.b64encode(row.astype("<f4").tobytes()).decode("ascii") for row in vectors]
         else:

@@ -26,17 +26,21 @@ def load_engine(
     from embedkit.data.beir import load_dataset
     from embedkit.index.partitioned import load_index
     from embedkit.models.loading import load_model_from_settings
+    from embedkit.search.late_interaction import open_multivector_index
     from embedkit.search.sparse import open_sparse_index
 
-    sparse = open_sparse_index(index)
+    late = open_multivector_index(index)
+    sparse = open_sparse_index(index) if late is None else late
     if sparse is not None:
+        from embedkit.serving.late_engine import LateInteractionEngine
         from embedkit.serving.sparse_engine import SparseEngine
 
         if nprobe is not None or ef_search is not None:
-            raise EmbedkitError("--nprobe and --ef-search search a FAISS index, not a sparse one", field="--nprobe")
+            raise EmbedkitError("--nprobe and --ef-search search a FAISS index, not this one", field="--nprobe")
         data = load_dataset(dataset, data_dir=data_dir) if dataset is not None else None
         model = load_model_from_settings(sparse.settings, **runtime)
-        return SparseEngine(model, sparse, data, snippet_chars=snippet_chars, index_path=index)
+        engine = SparseEngine if late is None else LateInteractionEngine
+        return engine(model, sparse, data, snippet_chars=snippet_chars, index_path=index)
     opened = load_index(index)
     if nprobe is not None or ef_search is not None:
         opened.set_search_params(nprobe=nprobe, ef_search=ef_search)

@@ -47,13 +47,17 @@ class SparseEngine(Engine):
             start += len(request_texts)
             if k is None:
                 results.append((rows, self.token_count(request_texts)))
-            elif isinstance(self.index, SparseExactIndex):
-                results.append(self._with_documents(self.index.search(rows, k)))
             else:
-                ids = [str(i) for i in range(len(rows))]
-                found = self.index.search(ids, rows, self.model.token_names, k)
-                results.append(self._with_documents([list(found[i].items()) for i in ids]))
+                results.append(self._with_documents(self._search(rows, k)))
         return results
+
+    def _search(self, rows: Any, k: int) -> list[list[tuple[str, float]]]:
+        """Each row's top ``k`` (id, score), best first."""
+        if isinstance(self.index, SparseExactIndex):
+            return self.index.search(rows, k)
+        ids = [str(i) for i in range(len(rows))]
+        found = self.index.search(ids, rows, self.model.token_names, k)
+        return [list(found[i].items()) for i in ids]
 
     def token_count(self, texts: list[str]) -> int:
         """Tokens the document tokenizer reads of the texts (after truncation)."""

@@ -9,8 +9,9 @@ from embedkit.models.options import DTYPE_NAMES
 from embedkit.training.config import MAX_BATCH_SIZE, MAX_STEPS, RunConfig
 from embedkit.validation import check_number
 
-OBJECTIVES = ("supervised", "simcse", "cropping", "cross-encoder", "splade", "splade-inference-free", "csr")
 SPARSE_OBJECTIVES = ("splade", "splade-inference-free", "csr")
+OBJECTIVES = ("supervised", "simcse", "cropping", "cross-encoder", *SPARSE_OBJECTIVES, "colbert")
+SCORINGS = ("colbert", "xtr")  # late interaction: MaxSim over all document tokens, or XTR's top-k token retrieval
 BI_ENCODER_LOSSES = ("infonce", "distill")
 CROSS_ENCODER_LOSSES = ("bce", "listnet", "lambdaloss")
 MIN_TEMPERATURE, MAX_TEMPERATURE = 1e-4, 100.0
@@ -48,6 +49,8 @@ class TrainConfig(RunConfig):
     csr_k: int = 96  # latents kept per vector by the sparse auto-encoder (csr)
     csr_beta: float = 0.1  # weight of CSR's auxiliary reconstruction loss
     csr_gamma: float = 1.0  # weight of CSR's ranking loss
+    scoring: str = "colbert"  # how a late-interaction model scores while it trains (colbert | xtr)
+    projection_dim: int = 128  # the token vectors' width, projected from the start model's (ColBERT's 128)
 
     def __post_init__(self) -> None:
         if self.loss is None:
@@ -72,12 +75,16 @@ class TrainConfig(RunConfig):
     def sparse(self) -> bool:
         return self.objective in SPARSE_OBJECTIVES
 
+    @property
+    def multivector(self) -> bool:
+        return self.objective == "colbert"
+
     def check(self) -> None:
         if self.objective not in OBJECTIVES:
             raise EmbedkitError(f"unknown objective '{self.objective}' ({' | '.join(OBJECTIVES)})", field="objective")
         if self.objective == "supervised" and not (self.data or self.dataset):
             raise EmbedkitError("supervised training needs --data (JSONL) or --dataset (BEIR qrels)", field="data")
-        if self.sparse and not self.data:
+        if (self.sparse or self.multivector) and not self.data:
             raise EmbedkitError(f"{self.objective} learns from query, positive, negatives: --data", field="data")
         if self.cross_encoder and not self.data:
             raise EmbedkitError("a cross-encoder learns from negatives: --data (from 'embedkit mine')", field="data")
@@ -112,12 +119,15 @@ class TrainConfig(RunConfig):
         self._check_sparse()
 
     def _check_sparse(self) -> None:
-        """The sparse objectives' settings; the dense-only ones refused."""
+        """The sparse and late-interaction objectives' settings; the dense-only ones refused."""
         for name in ("flops_query_weight", "flops_document_weight", "csr_beta", "csr_gamma"):
             check_number(getattr(self, name), name, minimum=0, maximum=MAX_TEMPERATURE)
         check_number(self.query_learning_rate, "query_learning_rate", minimum=0, maximum=1)
         check_number(self.csr_k, "csr_k", minimum=1, maximum=MAX_DIM)
-        if not self.sparse:
+        check_number(self.projection_dim, "projection_dim", minimum=1, maximum=MAX_DIM)
+        if self.scoring not in SCORINGS:
+            raise EmbedkitError(f"unknown scoring '{self.scoring}' ({' | '.join(SCORINGS)})", field="scoring")
+        if not (self.sparse or self.multivector):
             return
         for name in ("matryoshka_dims", "mini_batch_size", "soup_last", "merge_with_base", "transfer_datasets"):
             if getattr(self, name) not in (None, [], False):

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 from sentence_transformers.base.evaluation.evaluator import BaseEvaluator
+from sentence_transformers.multi_vector_encoder import MultiVectorEncoder
 from sentence_transformers.sparse_encoder import SparseEncoder
 from transformers import TrainerCallback
 
@@ -21,6 +22,7 @@ from embedkit.errors import EmbedkitError
 from embedkit.evaluation.metrics import compute_metrics
 from embedkit.models.device import autocast, effective_dtype
 from embedkit.models.pooling import SENTENCE_POOLINGS, sentence_vector
+from embedkit.multivector import TokenRows, maxsim
 from embedkit.protocols import Run
 from embedkit.reranking.reranker import CrossEncoderReranker
 from embedkit.reranking.settings import RerankSettings
@@ -64,6 +66,8 @@ class RetrievalEvaluator(BaseEvaluator):
         queries, documents = encode_queries(list(self.queries.values())), encode_documents(self.doc_texts)
         if isinstance(queries, SparseRows):  # a sparse model's vectors: a sparse product, never a dense vocabulary
             scores = (queries.to_scipy() @ documents.to_scipy().T).toarray().astype(np.float32)
+        elif isinstance(queries, TokenRows):  # a late-interaction model's token vectors: exact MaxSim
+            scores = maxsim(queries, documents)
         else:
             scores = np.asarray(queries, dtype=np.float32) @ np.asarray(documents, dtype=np.float32).T
         depth = min(self.k, len(self.doc_ids))
@@ -80,12 +84,14 @@ class RetrievalEvaluator(BaseEvaluator):
     def score(self, model: Any) -> dict[str, float]:
         """The metrics of a sentence-transformers model, unprefixed and kept out of its model card (a merge scores
         many candidate weights; only the one kept belongs in the card)."""
-        sparse = isinstance(model, SparseEncoder)
+        sparse, tokens = isinstance(model, SparseEncoder), isinstance(model, MultiVectorEncoder)
         options = {"convert_to_sparse_tensor": True} if sparse else {"convert_to_numpy": True}
 
         def encoder(encode: Any) -> Any:
             def run(texts: list[str]) -> Any:
                 vectors = encode(texts, batch_size=self.batch_size, **options)
+                if tokens:
+                    return TokenRows.from_list(vectors, model.get_embedding_dimension())
                 return SparseRows.from_torch(vectors) if sparse else vectors
 
             return run

@@ -1,0 +1,98 @@
+"""The exact multi-vector index: every document's token vectors, searched by exhaustive MaxSim.
+
+It is the reference every approximate late-interaction search (PLAID, candidates by centroid) is tested against, and
+the index to use for a corpus small enough to score whole. Scores are ``embedkit.multivector.maxsim`` in float32 over
+the stored token vectors (float16 or float32, as encoded); ties are broken as trec_eval scores them (score
+descending, then document id descending), including at the k-th place.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from embedkit.data.trec import TIE_BREAK
+from embedkit.errors import EmbedkitError
+from embedkit.multivector import TokenRows, maxsim
+from embedkit.outputs import replace_folder
+from embedkit.storage import read_json, read_lines, save_npz, write_json, write_lines
+from embedkit.validation import check_whole
+
+MULTIVECTOR_INDEX_KIND = "multivector-index"
+FORMAT = f"embedkit.{MULTIVECTOR_INDEX_KIND}/1"
+QUERY_BLOCK = 64  # queries scored at once: a block's score matrix is QUERY_BLOCK x documents float32
+
+
+def top_hits(scores: np.ndarray, doc_ids: list[str], k: int) -> list[tuple[str, float]]:
+    """The ``k`` best scores of one query in trec_eval's order (every document tied at the k-th score competes for
+    the last places by id)."""
+    candidates = np.arange(len(scores))
+    if len(candidates) > k:
+        kth = np.partition(scores, len(scores) - k)[len(scores) - k]
+        candidates = candidates[scores >= kth]
+    hits = [(doc_ids[j], float(scores[j])) for j in candidates]
+    return sorted(hits, key=lambda hit: (hit[1], hit[0]), reverse=True)[:k]
+
+
+@dataclass
+class MultiVectorExactIndex:
+    documents: TokenRows
+    doc_ids: list[str]
+    settings: dict[str, Any]  # the model's, from the embeddings folder
+
+    @classmethod
+    def build(cls, embeddings: Any) -> MultiVectorExactIndex:
+        """From a multi-vector ``EmbeddingsFolder`` (every shard verified as it is read)."""
+        if not embeddings.multivector:
+            raise EmbedkitError(
+                "holds single vectors per document; a multi-vector index needs a MultiVectorEncoder's token vectors",
+                path=embeddings.path,
+                field="--embeddings",
+            )
+        return cls(embeddings.embeddings(), embeddings.ids(), embeddings.settings)
+
+    def __len__(self) -> int:
+        return len(self.doc_ids)
+
+    def save(self, folder: str | Path, overwrite: bool = False) -> Path:
+        with replace_folder(folder, MULTIVECTOR_INDEX_KIND, overwrite) as staging:
+            save_npz(staging / "tokens.npz", offsets=self.documents.offsets, vectors=self.documents.vectors)
+            write_lines(staging / "docid", self.doc_ids)
+            write_json(staging / "meta.json", {
+                "format": FORMAT,
+                "engine": "exact",
+                "documents": len(self),
+                "dim": self.documents.dim,
+                "tokens": len(self.documents.vectors),
+                "token_dtype": str(self.documents.vectors.dtype),
+                "tie_break": TIE_BREAK,
+                "settings": self.settings,
+            })  # fmt: skip
+        return Path(folder)
+
+    @classmethod
+    def load(cls, folder: str | Path) -> MultiVectorExactIndex:
+        folder = Path(folder)
+        meta = read_json(folder / "meta.json", "index metadata")
+        if not isinstance(meta, dict) or meta.get("format") != FORMAT or meta.get("engine") != "exact":
+            raise EmbedkitError("not an exact multi-vector index (meta.json)", path=folder, field="--index")
+        with np.load(folder / "tokens.npz", allow_pickle=False) as arrays:
+            rows = TokenRows(arrays["offsets"], arrays["vectors"])
+        return cls(rows, read_lines(folder / "docid"), meta["settings"])
+
+    def search(self, queries: TokenRows, k: int) -> list[list[tuple[str, float]]]:
+        """The top ``k`` documents of each query, best first."""
+        check_whole(k, "k", minimum=1)
+        if len(queries) and queries.dim != self.documents.dim:
+            raise EmbedkitError(
+                f"query token vectors have {queries.dim} dimensions, the index {self.documents.dim}: another model's",
+                field="model",
+            )
+        results = []
+        for start in range(0, len(queries), QUERY_BLOCK):
+            block = queries.take(range(start, min(start + QUERY_BLOCK, len(queries))))
+            results += [top_hits(row, self.doc_ids, k) for row in maxsim(block, self.documents)]
+        return results

@@ -1,0 +1,127 @@
+"""Approximate late-interaction search, ColBERT's end-to-end route built from FAISS: an IVF over every document token
+vector gives candidates (the documents owning the ``candidates`` nearest tokens of each query token, ``nprobe`` lists
+visited), then exact MaxSim ranks the candidates from the stored token vectors.
+
+It stands in for PLAID: ``fast-plaid``'s wheels pin another torch than embedkit's (see the README). A document no
+query token reaches is not a hit, so recall against ``MultiVectorExactIndex`` is what ``nprobe`` and ``candidates``
+trade for speed; the exact index is the reference it is tested against.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import faiss
+import numpy as np
+
+from embedkit.errors import EmbedkitError
+from embedkit.index.multivector_exact import FORMAT, MULTIVECTOR_INDEX_KIND, MultiVectorExactIndex, top_hits
+from embedkit.multivector import TokenRows, maxsim
+from embedkit.outputs import replace_folder
+from embedkit.storage import read_json, read_lines, save_npz, write_json, write_lines
+from embedkit.validation import check_whole
+
+TRAIN_PER_LIST = 64  # token vectors k-means sees per list: enough for stable centroids, far less than all of them
+
+
+def default_lists(tokens: int) -> int:
+    """A power of two near ``4 * sqrt(tokens)`` (PLAID's rule of thumb, at a quarter of its centroids)."""
+    return max(1, 2 ** round(math.log2(max(1.0, 4 * math.sqrt(tokens)))))
+
+
+@dataclass
+class MultiVectorIVFIndex:
+    exact: MultiVectorExactIndex  # the stored token vectors, ids and settings; MaxSim over the candidates
+    ivf: Any  # faiss IndexIVF over every token vector, ids = token positions
+    nprobe: int = 16
+    candidates: int = 64
+
+    @classmethod
+    def build(cls, embeddings: Any, lists: int | None = None, seed: int = 0) -> MultiVectorIVFIndex:
+        exact = MultiVectorExactIndex.build(embeddings)
+        vectors = exact.documents.vectors.astype(np.float32)
+        lists = lists or default_lists(len(vectors))
+        check_whole(lists, "lists", minimum=1, maximum=max(1, len(vectors)))
+        ivf = faiss.index_factory(exact.documents.dim, f"IVF{lists},SQfp16", faiss.METRIC_INNER_PRODUCT)
+        sample = np.random.default_rng(seed).permutation(len(vectors))[: TRAIN_PER_LIST * lists]
+        ivf.cp.seed = seed
+        ivf.train(vectors[np.sort(sample)])
+        ivf.add(vectors)
+        return cls(exact, ivf)
+
+    def __len__(self) -> int:
+        return len(self.exact)
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        return self.exact.settings
+
+    @property
+    def search_params(self) -> dict[str, int]:
+        return {"nprobe": self.nprobe, "candidates": self.candidates}
+
+    def set_search_params(self, nprobe: int | None = None, candidates: int | None = None) -> None:
+        check_whole(nprobe, "nprobe", minimum=1)
+        check_whole(candidates, "candidates", minimum=1)
+        self.nprobe = nprobe or self.nprobe
+        self.candidates = candidates or self.candidates
+
+    def save(self, folder: str | Path, overwrite: bool = False) -> Path:
+        documents = self.exact.documents
+        with replace_folder(folder, MULTIVECTOR_INDEX_KIND, overwrite) as staging:
+            faiss.write_index(self.ivf, str(staging / "ivf"))
+            save_npz(staging / "tokens.npz", offsets=documents.offsets, vectors=documents.vectors)
+            write_lines(staging / "docid", self.exact.doc_ids)
+            write_json(staging / "meta.json", {
+                "format": FORMAT,
+                "engine": "ivf",
+                "documents": len(self),
+                "dim": documents.dim,
+                "tokens": len(documents.vectors),
+                "token_dtype": str(documents.vectors.dtype),
+                "lists": int(self.ivf.nlist),
+                "search_params": self.search_params,
+                "settings": self.settings,
+            })  # fmt: skip
+        return Path(folder)
+
+    @classmethod
+    def load(cls, folder: str | Path) -> MultiVectorIVFIndex:
+        folder = Path(folder)
+        meta = read_json(folder / "meta.json", "index metadata")
+        if not isinstance(meta, dict) or meta.get("format") != FORMAT or meta.get("engine") != "ivf":
+            raise EmbedkitError("not an IVF multi-vector index (meta.json)", path=folder, field="--index")
+        with np.load(folder / "tokens.npz", allow_pickle=False) as arrays:
+            rows = TokenRows(arrays["offsets"], arrays["vectors"])
+        exact = MultiVectorExactIndex(rows, read_lines(folder / "docid"), meta["settings"])
+        try:
+            ivf = faiss.read_index(str(folder / "ivf"))
+        except RuntimeError as err:
+            raise EmbedkitError(
+                f"not a readable FAISS index ({str(err).splitlines()[0]})", path=folder / "ivf"
+            ) from None
+        return cls(exact, ivf, **meta["search_params"])
+
+    def candidate_documents(self, query: np.ndarray) -> np.ndarray:
+        """The documents owning the ``candidates`` nearest token vectors of any of the query's token vectors."""
+        self.ivf.nprobe = self.nprobe
+        _, tokens = self.ivf.search(np.ascontiguousarray(query, dtype=np.float32), self.candidates)
+        tokens = tokens[tokens >= 0]
+        return np.unique(np.searchsorted(self.exact.documents.offsets, tokens, side="right") - 1)
+
+    def search(self, queries: TokenRows, k: int) -> list[list[tuple[str, float]]]:
+        """The top ``k`` candidates of each query by exact MaxSim, best first."""
+        check_whole(k, "k", minimum=1)
+        if len(queries) and queries.dim != self.exact.documents.dim:
+            raise EmbedkitError(f"query token vectors have {queries.dim} dimensions, the index "
+                                f"{self.exact.documents.dim}: another model's", field="model")  # fmt: skip
+        results = []
+        for i in range(len(queries)):
+            found = self.candidate_documents(queries.row(i))
+            one = queries.take([i])
+            scores = maxsim(one, self.exact.documents.take(found))[0] if len(found) else np.zeros(0, np.float32)
+            results.append(top_hits(scores, [self.exact.doc_ids[j] for j in found], k))
+        return results

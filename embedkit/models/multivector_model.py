@@ -1,0 +1,171 @@
+"""MultiVectorModel: a sentence-transformers ``MultiVectorEncoder`` (ColBERT-style late interaction) plus the settings
+that decide its vectors, with the same surface as ``EmbeddingModel`` so a multi-vector model is a model like any other.
+
+Encoding is sentence-transformers' own ``encode_query``/``encode_document`` (its prefixes, query and document lengths,
+skiplist and token pooling), taken a chunk of texts at a time and kept as ``TokenRows`` in the recorded
+``token_dtype``: never a padded ``[texts, tokens, dim]`` block.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from embedkit.errors import EmbedkitError
+from embedkit.models.reference import weights_sha256
+from embedkit.multivector import TOKEN_DTYPES, TokenRows
+from embedkit.storage import read_json
+from embedkit.validation import check_number, check_text, check_texts
+
+MULTIVECTOR_MODEL_TYPE = "MultiVectorEncoder"
+CHUNK = 256  # texts per call into the library: bounds the token tensors held at once
+
+
+def is_multivector_folder(path: Path) -> bool:
+    """A folder sentence-transformers saved from a ``MultiVectorEncoder`` (``config_sentence_transformers.json``)."""
+    config = path / "config_sentence_transformers.json"
+    found = read_json(config) if config.is_file() else {}
+    return isinstance(found, dict) and found.get("model_type") == MULTIVECTOR_MODEL_TYPE
+
+
+class MultiVectorModel:
+    """Encodes queries and documents to ``TokenRows`` with recorded settings; ``.st`` is the ``MultiVectorEncoder``."""
+
+    kind = "multivector"
+
+    def __init__(
+        self,
+        st: Any,
+        *,
+        name: str,
+        local_path: Path | None,
+        revision: str | None,
+        query_prompt: str,
+        document_prompt: str,
+        dtype: str,
+        device: str,
+        pool_factor: float = 1.0,
+        token_dtype: str = "float16",
+        batch_size: int = 32,
+    ) -> None:
+        self.st, self.name, self.local_path, self.revision = st, name, local_path, revision
+        self.query_prompt, self.document_prompt = query_prompt, document_prompt
+        self.dtype, self.device = dtype, device
+        self.pool_factor, self.token_dtype, self.batch_size = pool_factor, token_dtype, batch_size
+
+    @property
+    def max_length(self) -> int | None:
+        """The document length (sentence-transformers' ``document_length``, else its max sequence length)."""
+        length = getattr(self.st[0], "document_length", None) or self.st.max_seq_length
+        return None if length is None else int(length)
+
+    @property
+    def query_length(self) -> int | None:
+        length = getattr(self.st[0], "query_length", None)
+        return None if length is None else int(length)
+
+    @cached_property
+    def dim(self) -> int:
+        return int(self.st.get_embedding_dimension())
+
+    @cached_property
+    def weights_sha256(self) -> str | None:
+        return None if self.local_path is None else weights_sha256(self.local_path)
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        """Everything that changes the vectors, as recorded in manifests, indexes and reports."""
+        return {
+            "model": self.name,
+            "revision": self.revision,
+            "weights_sha256": self.weights_sha256,
+            "kind": self.kind,
+            "query_prompt": self.query_prompt,
+            "document_prompt": self.document_prompt,
+            "max_length": self.max_length,
+            "query_length": self.query_length,
+            "pool_factor": self.pool_factor,
+            "token_dtype": self.token_dtype,
+            "dtype": self.dtype,
+            "dim": self.dim,
+            "similarity": "maxsim",
+        }
+
+    def _pooling(self) -> Any:
+        if self.pool_factor == 1:
+            return None
+        from sentence_transformers.multi_vector_encoder.modules import HierarchicalTokenPooling
+
+        return HierarchicalTokenPooling(pool_factor=self.pool_factor)  # documents only, as the library's default
+
+    def _encode(self, texts: list[str], query: bool, progress: Any = None) -> TokenRows:
+        from embedkit.models.device import autocast
+
+        encode = self.st.encode_query if query else self.st.encode_document
+        prompt = self.query_prompt if query else self.document_prompt
+        pooling, parts = self._pooling(), []
+        with autocast(self.device, self.dtype):
+            for start in range(0, len(texts), CHUNK):
+                rows = encode(
+                    texts[start : start + CHUNK],
+                    prompt=prompt or None,
+                    batch_size=self.batch_size,
+                    convert_to_numpy=True,
+                    token_pooling=pooling,
+                )
+                parts.append(TokenRows.from_list(rows, self.dim, self.token_dtype))
+                if progress is not None:
+                    progress.update(len(parts[-1]))
+        return TokenRows.vstack(parts, self.dim, self.token_dtype)
+
+    def encode_queries(self, queries: Sequence[str], **kwargs: Any) -> TokenRows:
+        """Query token vectors (a list of strings; an empty list gives no rows)."""
+        return self._encode(check_texts(queries, "queries"), query=True)
+
+    def encode_documents(self, documents: Sequence[str], **kwargs: Any) -> TokenRows:
+        return self._encode(check_texts(documents, "documents"), query=False, progress=kwargs.get("progress"))
+
+    def encode_corpus(self, corpus: Any, **kwargs: Any) -> TokenRows:
+        from embedkit.models.embedding_model import corpus_texts
+
+        return self._encode(corpus_texts(corpus), query=False)
+
+    def __repr__(self) -> str:
+        return f"MultiVectorModel({self.settings})"
+
+
+def load_multivector(name: str, path: Path | None, revision: str | None, *, device: str, dtype: str, **options: Any):
+    """A ``MultiVectorEncoder`` folder or Hub name as a ``MultiVectorModel`` (prompts and lengths the folder's own
+    unless given; ``max_length`` sets the document length)."""
+    from sentence_transformers.multi_vector_encoder import MultiVectorEncoder
+
+    from embedkit.models.options import check_max_length, longest_input
+
+    pool_factor = 1.0 if options.get("pool_factor") is None else options["pool_factor"]
+    check_number(pool_factor, "pool_factor", minimum=1)
+    token_dtype = options.get("token_dtype") or "float16"
+    if token_dtype not in TOKEN_DTYPES:
+        raise EmbedkitError(f"unknown token dtype '{token_dtype}' (choose from {', '.join(TOKEN_DTYPES)})",
+                            field="token_dtype")  # fmt: skip
+    network = MultiVectorEncoder(str(path) if path is not None else name, device=device, revision=revision)
+    if options.get("max_length") is not None:
+        check_max_length(options["max_length"], longest_input(network[0].auto_model.config), path=path)
+        network[0].document_length = options["max_length"]
+    prompts = getattr(network, "prompts", {}) or {}
+    query_prompt, document_prompt = options.get("query_prompt"), options.get("document_prompt")
+    for prompt, where in ((query_prompt, "query_prompt"), (document_prompt, "document_prompt")):
+        check_text(prompt, None, None, where, required=False)
+    return MultiVectorModel(
+        network,
+        name=name,
+        local_path=path,
+        revision=revision,
+        query_prompt=prompts.get("query") or "" if query_prompt is None else query_prompt,
+        document_prompt=prompts.get("document") or "" if document_prompt is None else document_prompt,
+        dtype=dtype,
+        device=device,
+        pool_factor=float(pool_factor),
+        token_dtype=token_dtype,
+    )

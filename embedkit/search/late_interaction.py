@@ -1,0 +1,105 @@
+"""Late interaction (``--retriever colbert``): ``LateInteractionRetrieval``, the one path from a multi-vector model
+and a corpus to its index and runs.
+
+The corpus's token vectors come from the embeddings cache as dense ones do (``cached_corpus_embeddings``: one encode
+per model and corpus); the index is the exact one (exhaustive MaxSim, the reference) or an IVF over the token
+vectors (candidates by nearest tokens, then MaxSim).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from embedkit.data.beir import BeirDataset
+from embedkit.encode.cache import cached_corpus_embeddings
+from embedkit.encode.folder import EmbeddingsFolder
+from embedkit.errors import EmbedkitError
+from embedkit.index.faiss_helpers import check_model_settings
+from embedkit.index.multivector_exact import FORMAT as MULTIVECTOR_FORMAT
+from embedkit.index.multivector_exact import MultiVectorExactIndex
+from embedkit.index.multivector_ivf import MultiVectorIVFIndex
+from embedkit.protocols import Run
+from embedkit.search.retriever import LateInteraction
+from embedkit.storage import read_json
+
+LATE_IDENTITY = ("model", "weights_sha256", "dim", "max_length", "document_prompt")  # what made the documents' vectors
+
+
+def check_multivector_model(model: Any) -> None:
+    if getattr(model, "kind", "dense") != "multivector":
+        raise EmbedkitError(
+            f"'{model.name}' is a {getattr(model, 'kind', 'dense')} model; --retriever colbert needs a multi-vector "
+            "one (a MultiVectorEncoder folder)",
+            field="model",
+        )
+
+
+class LateInteractionRetrieval:
+    """A multi-vector model over a dataset's corpus: its cached token vectors, their index, searches of it."""
+
+    def __init__(self, model: Any, spec: LateInteraction | None = None, cache_dir: str | Path | None = None) -> None:
+        check_multivector_model(model)
+        self.model, self.spec, self.cache_dir = model, (spec or LateInteraction()).check(), cache_dir
+        self._embeddings: dict[str, EmbeddingsFolder] = {}
+        self._index: dict[str, MultiVectorExactIndex | MultiVectorIVFIndex] = {}
+        self.query_tokens: dict[str, float] | None = None  # token vectors per query of the last search
+
+    def embeddings(self, data: BeirDataset) -> EmbeddingsFolder:
+        if data.corpus_sha256 not in self._embeddings:
+            self._embeddings[data.corpus_sha256] = cached_corpus_embeddings(self.model, data, self.cache_dir)
+        return self._embeddings[data.corpus_sha256]
+
+    def document_tokens(self, data: BeirDataset) -> dict[str, float]:
+        """Token vectors and stored bytes per document over the corpus, from the shards' records."""
+        shards = [entry["tokens"] for entry in self.embeddings(data).manifest["shards"]]
+        rows = sum(shard["rows"] for shard in shards)
+        mean = sum(shard["mean"] * shard["rows"] for shard in shards) / max(rows, 1)
+        stored = sum(shard["bytes_per_row"] * shard["rows"] for shard in shards) / max(rows, 1)
+        return {"rows": rows, "mean": mean, "max": max((s["max"] for s in shards), default=0), "bytes_per_row": stored}
+
+    def index(self, data: BeirDataset) -> MultiVectorExactIndex | MultiVectorIVFIndex:
+        if data.corpus_sha256 not in self._index:
+            if self.spec.index == "ivf":
+                index = MultiVectorIVFIndex.build(self.embeddings(data))
+                index.set_search_params(self.spec.nprobe, self.spec.candidates)
+            else:
+                index = MultiVectorExactIndex.build(self.embeddings(data))
+            self._index[data.corpus_sha256] = index
+        return self._index[data.corpus_sha256]
+
+    def search(self, data: BeirDataset, queries: dict[str, str], k: int, ignore_identical_ids: bool = False) -> Run:
+        run, self.query_tokens = late_search(self.model, self.index(data), queries, k, ignore_identical_ids)
+        return run
+
+
+def open_multivector_index(folder: str | Path) -> MultiVectorExactIndex | MultiVectorIVFIndex | None:
+    """The multi-vector index in ``folder`` (exact or IVF), or None when it is not one."""
+    meta_path = Path(folder) / "meta.json"
+    meta = read_json(meta_path, "index metadata") if meta_path.is_file() else None
+    if not isinstance(meta, dict) or meta.get("format") != MULTIVECTOR_FORMAT:
+        return None
+    return MultiVectorIVFIndex.load(folder) if meta.get("engine") == "ivf" else MultiVectorExactIndex.load(folder)
+
+
+def late_search(
+    model: Any,
+    index: MultiVectorExactIndex | MultiVectorIVFIndex,
+    queries: dict[str, str],
+    k: int,
+    ignore_identical_ids: bool = False,
+) -> tuple[Run, dict[str, float]]:
+    """Top-``k`` documents per query by MaxSim, and the queries' token counts; with ``ignore_identical_ids`` a hit
+    whose id equals the query id is dropped (one deeper is searched)."""
+    check_multivector_model(model)
+    check_model_settings({key: index.settings.get(key) for key in LATE_IDENTITY}, model.settings)
+    query_ids = list(queries)
+    vectors = model.encode_queries([queries[q] for q in query_ids])
+    depth = k + 1 if ignore_identical_ids else k
+    run = {q: dict(hits) for q, hits in zip(query_ids, index.search(vectors, depth), strict=True)}
+    if ignore_identical_ids:
+        run = {q: dict(list({d: s for d, s in hits.items() if d != q}.items())[:k]) for q, hits in run.items()}
+    lengths = vectors.lengths
+    stats = {"rows": len(lengths), "mean": float(lengths.mean()) if len(lengths) else 0.0,
+             "max": int(lengths.max()) if len(lengths) else 0}  # fmt: skip
+    return run, stats

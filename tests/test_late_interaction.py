@@ -1,0 +1,112 @@
+"""Late-interaction retrieval end to end on a SciFact cut: ``evaluate --retriever colbert`` over the exact index ranks
+as sentence-transformers' own ``maxsim`` does, and ``encode`` -> ``index`` -> ``search`` through the CLI gives the
+same run as ``evaluate``."""
+
+from __future__ import annotations
+
+import numpy as np
+from conftest import embedkit_here
+
+from embedkit import evaluate, load_dataset, load_model
+from embedkit.data.trec import read_run
+
+
+def test_evaluate_colbert_ranks_as_the_librarys_maxsim(colbert_folder, scifact_subset, tmp_path):
+    """Every query's top 10 from ``evaluate`` equals the order of sentence-transformers' ``maxsim`` over the same
+    documents and queries, encoded by ``MultiVectorEncoder`` itself (float32 token vectors)."""
+    from sentence_transformers.multi_vector_encoder import MultiVectorEncoder, maxsim
+
+    from embedkit.data.beir import doc_text
+
+    model = load_model(colbert_folder, token_dtype="float32")
+    report = evaluate(model, scifact_subset, "test", "colbert", output=tmp_path / "out", k=10, cache_dir=tmp_path)
+    run = read_run(f"{report['folder']}/run.trec")
+    data = load_dataset(scifact_subset)
+    queries = data.split_queries("test")
+    reference = MultiVectorEncoder(str(colbert_folder))
+    documents = reference.encode_document([doc_text(row) for row in data.corpus], convert_to_numpy=True)
+    scores = maxsim(reference.encode_query(list(queries.values()), convert_to_numpy=True), documents).numpy()
+    doc_ids = list(data.corpus["_id"])
+    for row, query_id in enumerate(queries):
+        order = sorted(range(len(doc_ids)), key=lambda j: (scores[row, j], doc_ids[j]), reverse=True)[:10]
+        ours = sorted(run[query_id].items(), key=lambda hit: (hit[1], hit[0]), reverse=True)
+        assert [doc for doc, _ in ours] == [doc_ids[j] for j in order], query_id
+        assert np.allclose([score for _, score in ours], scores[row, order], rtol=1e-5, atol=1e-5)
+    late = report["retrieval"]["late_interaction"]
+    assert late["query_tokens"]["mean"] == 32 and late["document_tokens"]["bytes_per_row"] > 0
+    assert report["model"]["kind"] == "multivector" and report["retriever"] == {"type": "colbert", "index": "exact"}
+
+
+def test_the_cli_encodes_indexes_and_searches_as_evaluate_does(colbert_folder, scifact_subset, tmp_path):
+    """float16 token vectors (the default) through ``encode``, ``index`` and ``search`` give ``evaluate``'s run."""
+    model = ["-m", str(colbert_folder)]
+    done = embedkit_here("encode", *model, "-d", str(scifact_subset), "-o", str(tmp_path / "emb"))
+    assert done.returncode == 0, done.stderr
+    done = embedkit_here("index", "-e", str(tmp_path / "emb"), "-o", str(tmp_path / "idx"))
+    assert done.returncode == 0 and "exact MaxSim" in done.stdout, done.stderr
+    searched = ["search", "-i", str(tmp_path / "idx"), "-d", str(scifact_subset), "--split", "test", "-k", "10"]
+    done = embedkit_here(*searched, "-o", str(tmp_path / "run.trec"))
+    assert done.returncode == 0, done.stderr
+    done = embedkit_here("evaluate", *model, "-d", str(scifact_subset), "--retriever", "colbert", "-k", "10",
+                         "-o", str(tmp_path / "reports"), "--cache-dir", str(tmp_path / "cache"))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    (folder,) = (tmp_path / "reports").iterdir()
+    assert "colbert-exact" in folder.name
+    assert read_run(tmp_path / "run.trec") == read_run(folder / "run.trec")
+
+
+def test_serve_answers_search_and_token_vectors_from_a_multivector_index(colbert_folder, scifact_subset, tmp_path):
+    """`embedkit serve` on an exact multi-vector index: /search equals the library's ``late_search``, and
+    /v1/embeddings gives each text's token vectors as the library encodes them."""
+    import httpx
+    from test_serve import running_server
+
+    from embedkit.encode import encode_to_folder
+    from embedkit.index.multivector_exact import MultiVectorExactIndex
+    from embedkit.search.late_interaction import late_search
+
+    model = load_model(colbert_folder)
+    data = load_dataset(scifact_subset)
+    index = MultiVectorExactIndex.build(encode_to_folder(model, data.corpus, tmp_path / "emb", shard_size=64))
+    folder = index.save(tmp_path / "idx")
+    queries = list(data.split_queries("test").values())[:4]
+    expected, _ = late_search(model, index, dict(enumerate(queries)), 5)
+    with running_server(folder, tmp_path, "--dataset", str(scifact_subset), "--device", "cpu") as served:
+        found = httpx.post(served.url + "/search", json={"queries": queries, "k": 5}, timeout=60).json()
+        embedded = httpx.post(served.url + "/v1/embeddings", json={"input": queries[:2]}, timeout=60).json()
+        health = httpx.get(served.url + "/health", timeout=10).json()
+    for i, result in enumerate(found["results"]):
+        assert [(hit["id"], round(hit["score"], 4)) for hit in result["hits"]] == [
+            (doc, round(score, 4)) for doc, score in expected[i].items()
+        ]
+        assert result["hits"][0]["snippet"]
+    vectors = model.encode_queries(queries[:2])
+    for i, row in enumerate(embedded["data"]):
+        assert np.allclose(row["embedding"], vectors.row(i).astype(np.float32), rtol=0, atol=1e-6)
+    assert health["index"]["engine"] == "exact-maxsim" and health["model"]["kind"] == "multivector"
+
+
+def test_the_ivf_index_finds_the_exact_top_10(colbert_folder, scifact_subset, tmp_path):
+    """Visiting every list with every token a candidate, the IVF route is exhaustive MaxSim (ids and scores); at its
+    default settings it still finds most of the exact top 10; saved and reopened, it searches the same."""
+    from embedkit.encode import encode_to_folder
+    from embedkit.index.multivector_exact import MultiVectorExactIndex
+    from embedkit.index.multivector_ivf import MultiVectorIVFIndex
+    from embedkit.search.late_interaction import open_multivector_index
+
+    model = load_model(colbert_folder)
+    data = load_dataset(scifact_subset)
+    embeddings = encode_to_folder(model, data.corpus, tmp_path / "emb", shard_size=64)
+    exact, ivf = MultiVectorExactIndex.build(embeddings), MultiVectorIVFIndex.build(embeddings, lists=16)
+    queries = model.encode_queries(list(data.split_queries("test").values()))
+    reference = exact.search(queries, 10)
+    found = ivf.search(queries, 10)
+    recall = np.mean([len({d for d, _ in a} & {d for d, _ in b}) / 10 for a, b in zip(found, reference)])
+    assert recall >= 0.9, recall
+    ivf.set_search_params(nprobe=16, candidates=len(exact.documents.vectors))
+    reopened = open_multivector_index(ivf.save(tmp_path / "idx"))
+    assert isinstance(reopened, MultiVectorIVFIndex) and reopened.search_params == ivf.search_params
+    for searched in (ivf.search(queries, 10), reopened.search(queries, 10)):
+        for ours, theirs in zip(searched, reference):
+            assert [d for d, _ in ours] == [d for d, _ in theirs]
+            assert np.allclose([s for _, s in ours], [s for _, s in theirs], rtol=1e-6, atol=1e-6)
