@@ -34,7 +34,7 @@ def test_evaluate_colbert_ranks_as_the_librarys_maxsim(colbert_folder, scifact_s
         assert np.allclose([score for _, score in ours], scores[row, order], rtol=1e-5, atol=1e-5)
     late = report["retrieval"]["late_interaction"]
     assert late["query_tokens"]["mean"] == 32 and late["document_tokens"]["bytes_per_row"] > 0
-    assert report["model"]["kind"] == "multivector" and report["retriever"] == {"type": "colbert", "index": "exact"}
+    assert report["model"]["kind"] == "multivector" and report["retriever"]["type"] == "colbert"
 
 
 def test_the_cli_encodes_indexes_and_searches_as_evaluate_does(colbert_folder, scifact_subset, tmp_path):
