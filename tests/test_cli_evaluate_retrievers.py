@@ -64,4 +64,6 @@ def test_malformed_weights_are_one_line(scifact_subset, tmp_path):
 
 def test_unknown_retriever_is_one_line(scifact_subset, tmp_path):
     result = embedkit("evaluate", "-d", scifact_subset, "-o", tmp_path, "--retriever", "sparkle")
-    _one_line_error(result, "option '--retriever': unknown value 'sparkle' (choose from dense, bm25, splade, colbert, hybrid)")
+    _one_line_error(
+        result, "option '--retriever': unknown value 'sparkle' (choose from dense, bm25, splade, colbert, hybrid)"
+    )

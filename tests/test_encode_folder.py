@@ -40,12 +40,16 @@ def small_corpus(scifact_subset, tmp_path) -> Path:
     return path
 
 
-@pytest.mark.parametrize("kind", ["dense", "sparse"])
-def test_killed_encode_resumes_to_identical_embeddings(kind, small_corpus, splade_folder, tmp_path):
+@pytest.mark.parametrize("kind", ["dense", "sparse", "multivector"])
+def test_killed_encode_resumes_to_identical_embeddings(kind, small_corpus, splade_folder, colbert_folder, tmp_path):
     """Acceptance: SIGKILL part-way (while a shard is being encoded), rerun, bit-identical shards to an
-    uninterrupted run, dense or sparse; a third run encodes nothing."""
+    uninterrupted run, dense, sparse or multi-vector; a third run encodes nothing."""
     corpus = small_corpus
-    model = ["--model", str(splade_folder), "--max-length", "32", "--max-active-dims", "64"] if kind == "sparse" else []
+    model = {
+        "dense": [],
+        "sparse": ["--model", str(splade_folder), "--max-length", "32", "--max-active-dims", "64"],
+        "multivector": ["--model", str(colbert_folder), "--max-length", "32"],
+    }[kind]
     whole, resumed = tmp_path / "whole", tmp_path / "resumed"
     assert _encode(corpus, whole, *model).wait() == 0
 
@@ -66,7 +70,7 @@ def test_killed_encode_resumes_to_identical_embeddings(kind, small_corpus, splad
     assert f"({manifest['num_shards'] - done_before} shards encoded now)" in out
 
     a, b = EmbeddingsFolder.open(whole), EmbeddingsFolder.open(resumed)
-    assert b.complete and a.ids() == b.ids() and a.sparse == (kind == "sparse")
+    assert b.complete and a.ids() == b.ids() and (a.sparse, a.multivector) == (kind == "sparse", kind == "multivector")
     assert [s["sha256"] for s in a.manifest["shards"]] == [s["sha256"] for s in b.manifest["shards"]]
     assert sorted(p.name for p in whole.iterdir()) == sorted(p.name for p in resumed.iterdir())
 

@@ -110,3 +110,39 @@ def test_the_ivf_index_finds_the_exact_top_10(colbert_folder, scifact_subset, tm
         for ours, theirs in zip(searched, reference):
             assert [d for d, _ in ours] == [d for d, _ in theirs]
             assert np.allclose([s for _, s in ours], [s for _, s in theirs], rtol=1e-6, atol=1e-6)
+
+
+def test_a_multivector_model_reranks_a_first_stage_from_its_stored_token_vectors(
+    colbert_folder, scifact_subset, tmp_path
+):
+    """``evaluate --reranker COLBERT`` over BM25 re-scores each query's top 20 by MaxSim from the cached token
+    vectors (no document encoded again): the head's scores are the exact ColBERT run's for those documents, and
+    ``embedkit rerank`` (which encodes the head's documents, having no cache) orders them the same."""
+    from embedkit import BM25, EvaluateOptions
+    from embedkit.data.trec import ranked
+    from embedkit.reranking.late_reranker import LateInteractionReranker
+    from embedkit.reranking.settings import RerankSettings
+
+    cache, data = tmp_path / "cache", load_dataset(scifact_subset)
+    colbert = evaluate(load_model(colbert_folder), data, "test", "colbert", output=tmp_path / "c", cache_dir=cache)
+    settings = RerankSettings(str(colbert_folder), depth=20)
+    first = evaluate(None, data, "test", BM25(), output=tmp_path / "bm25", cache_dir=cache)
+    options = EvaluateOptions(reranker=settings)
+    reranked = evaluate(None, data, "test", BM25(), output=tmp_path / "out", cache_dir=cache, options=options)
+    assert reranked["reranker"]["scores"] == "maxsim" and reranked["reranker"]["pairs_scored"] == 20 * 20
+    full, run = read_run(f"{colbert['folder']}/run.trec"), read_run(f"{reranked['folder']}/run.trec")
+    bm25 = read_run(f"{first['folder']}/run.trec")
+    for query_id, hits in bm25.items():
+        head = [doc for doc, _ in ranked(hits)[:20]]
+        ours = ranked(run[query_id])[:20]
+        assert {doc for doc, _ in ours} == set(head)
+        assert all(abs(score - full[query_id][doc]) < 1e-4 for doc, score in ours)
+    scorer = LateInteractionReranker(settings, cache)
+    scorer.rerank_run(bm25, data)
+    assert scorer.documents_encoded == 0  # the stored token vectors, not a new encode
+    done = embedkit_here("rerank", "-r", f"{first['folder']}/run.trec", "-d", str(scifact_subset), "-m",
+                         str(colbert_folder), "--depth", "20", "-o", str(tmp_path / "cli.trec"))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    cli = read_run(tmp_path / "cli.trec")
+    for query_id in bm25:
+        assert [doc for doc, _ in ranked(cli[query_id])[:20]] == [doc for doc, _ in ranked(run[query_id])[:20]]

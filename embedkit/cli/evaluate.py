@@ -273,7 +273,7 @@ def rerank_settings(
     given = {flag.removeprefix("--rerank-").replace("-", "_"): value for flag, value in flags.items()}
     settings = RerankSettings(model, **{k: v for k, v in given.items() if v is not None}, dtype=dtype or "float32")
     settings.check("--rerank-")
-    resolve_cross_encoder(model, "--reranker")
+    resolve_cross_encoder(model, "--reranker", late_interaction=True)
     return settings
 
 

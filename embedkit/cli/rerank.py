@@ -1,4 +1,5 @@
-"""``embedkit rerank``: a TREC run in, its top hits re-scored by a cross-encoder, a TREC run out."""
+"""``embedkit rerank``: a TREC run in, its top hits re-scored by a cross-encoder (or a multi-vector model's MaxSim), a
+TREC run out."""
 
 from __future__ import annotations
 
@@ -25,7 +26,9 @@ def _is_rerank_meta(path: Path) -> bool:
 def rerank(
     run: Annotated[Path, typer.Option("--run", "-r", help="TREC run to rerank (e.g. from 'embedkit search').")],
     dataset: opt.Dataset,
-    model: Annotated[str, typer.Option("--model", "-m", help="sentence-transformers CrossEncoder folder or Hub name.")],
+    model: Annotated[
+        str, typer.Option("--model", "-m", help="CrossEncoder folder or Hub name, or a MultiVectorEncoder folder.")
+    ],
     output: Annotated[Path, typer.Option("--output", "-o", help="TREC run to write (+ .meta.json with settings).")],
     depth: Annotated[int, typer.Option(help="Hits per query re-scored; the rest keep their order below them.")] = 100,
     batch_size: Annotated[int, typer.Option(help="Pairs per forward pass (sorted by length).")] = 32,
@@ -50,7 +53,7 @@ def rerank(
         model, depth, batch_size, max_length, dtype or "float32", device, first_stage_weight
     ).check("--")
     opt.ModelOptions(dtype=dtype, device=device).check()
-    resolve_cross_encoder(model, "--model")
+    resolve_cross_encoder(model, "--model", late_interaction=True)
     meta = output.with_name(output.name + ".meta.json")
     check_output_file(output, overwrite, looks_like_run, "TREC run")
     check_output_file(meta, overwrite, _is_rerank_meta, "rerank record", flag="--output")
@@ -60,11 +63,16 @@ def rerank(
     first_stage = read_run(run)  # checked before the model loads
     data = load_dataset(dataset, data_dir=data_dir)
     from embedkit.outputs import output_lock
+    from embedkit.reranking.late_reranker import LateInteractionReranker, is_late_reranker
     from embedkit.reranking.reranker import CrossEncoderReranker, rerank_run
     from embedkit.storage import sha256_file, write_json
 
-    reranker = CrossEncoderReranker(settings)
-    reranked = rerank_run(reranker, first_stage, data, source=run)
+    if is_late_reranker(settings):  # MaxSim over the corpus's cached token vectors, where they are
+        reranker = LateInteractionReranker(settings)
+        reranked = reranker.rerank_run(first_stage, data)
+    else:
+        reranker = CrossEncoderReranker(settings)
+        reranked = rerank_run(reranker, first_stage, data, source=run)
     record = {
         "format": RERANK_FORMAT,
         "reranker": reranker.describe(),

@@ -160,7 +160,7 @@ def evaluate(
     if options.reranker is not None:
         first_stage = compute_metrics(qrels, run)[0]
         with timer("rerank"):
-            scorer, rerank_run = _reranker(options.reranker)
+            scorer, rerank_run = _reranker(options.reranker, cache_dir)
             run = rerank_run(scorer, run, data)
         reranked_by = {**scorer.describe(), "pairs_scored": scorer.pairs_scored, "device": scorer.device}
     run, without_results = complete_run(sort_run(run), queries)
@@ -313,8 +313,12 @@ def _load_model(name: str | Path | None) -> EmbeddingModel:
     return load_model(name)
 
 
-def _reranker(settings: RerankSettings) -> tuple[Any, Any]:
-    """The cross-encoder and the function that reranks a run with it; imported here for the same reason."""
+def _reranker(settings: RerankSettings, cache_dir: str | Path | None) -> tuple[Any, Any]:
+    """The second stage (a cross-encoder, or a multi-vector model's MaxSim over its cached token vectors) and the
+    function that reranks a run with it; imported here for the same reason."""
+    from embedkit.reranking.late_reranker import LateInteractionReranker, is_late_reranker
     from embedkit.reranking.reranker import CrossEncoderReranker, rerank_run
 
+    if is_late_reranker(settings):
+        return LateInteractionReranker(settings, cache_dir), lambda scorer, run, data: scorer.rerank_run(run, data)
     return CrossEncoderReranker(settings), rerank_run

@@ -116,15 +116,21 @@ class CrossEncoderReranker:
             check_text(documents[doc_id], None, None, f"documents['{doc_id}']")
         fresh = self.score([(queries[q], documents[d]) for q, d in todo])
         self.scores.update(zip(todo, map(float, fresh)))
-        reranked: Run = {}
-        for query_id, hits in run.items():
-            head = {doc: self.scores[(query_id, doc)] for doc in heads[query_id]}
-            if self.settings.first_stage_weight:
-                head = interpolated(head, {doc: hits[doc] for doc in head}, self.settings.first_stage_weight)
-            floor = min(head.values(), default=0.0)
-            tail = [doc for doc, _ in ranked(hits)[self.settings.depth :]]
-            reranked[query_id] = {**head, **{doc: floor - position for position, doc in enumerate(tail, start=1)}}
-        return reranked
+        return reordered(run, heads, self.scores, self.settings)
+
+
+def reordered(run: Run, heads: dict[str, list[str]], scores: dict[tuple[str, str], float], settings: Any) -> Run:
+    """Each query's head re-scored (``scores`` by query and document id, interpolated with the first stage's when
+    ``settings.first_stage_weight``), the rest of its hits kept below them in their first-stage order."""
+    result: Run = {}
+    for query_id, hits in run.items():
+        head = {doc: scores[(query_id, doc)] for doc in heads[query_id]}
+        if settings.first_stage_weight:
+            head = interpolated(head, {doc: hits[doc] for doc in head}, settings.first_stage_weight)
+        floor = min(head.values(), default=0.0)
+        tail = [doc for doc, _ in ranked(hits)[settings.depth :]]
+        result[query_id] = {**head, **{doc: floor - position for position, doc in enumerate(tail, start=1)}}
+    return result
 
 
 def check_pairs(pairs: Any) -> list[tuple[str, str]]:

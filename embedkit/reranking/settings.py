@@ -58,9 +58,14 @@ def is_cross_encoder_folder(path: Path) -> bool:
     return any(str(name).endswith("ForSequenceClassification") for name in architectures)
 
 
-def resolve_cross_encoder(name: str, flag: str = "reranker") -> ModelReference:
-    """Where a cross-encoder loads from; a local folder that is not one is refused before torch loads."""
+def resolve_cross_encoder(name: str, flag: str = "reranker", late_interaction: bool = False) -> ModelReference:
+    """Where a cross-encoder (or, with ``late_interaction``, a multi-vector model) loads from; a local folder that is
+    neither is refused before torch loads."""
+    from embedkit.models.multivector_model import is_multivector_folder
+
     reference = resolve_model(name)
+    if late_interaction and reference.path.is_dir() and is_multivector_folder(reference.path):
+        return reference
     if reference.path.is_dir() and not is_cross_encoder_folder(reference.path):
         raise EmbedkitError(
             "is not a cross-encoder (its config.json names no ...ForSequenceClassification architecture)",
