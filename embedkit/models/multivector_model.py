@@ -8,19 +8,17 @@ skiplist and token pooling), taken a chunk of texts at a time and kept as ``Toke
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from embedkit.errors import EmbedkitError
-from embedkit.models.reference import weights_sha256
+from embedkit.models.stack_model import StackModel
 from embedkit.multivector import TOKEN_DTYPES, TokenRows
 from embedkit.storage import read_json
-from embedkit.validation import check_number, check_text, check_texts
+from embedkit.validation import check_number, check_text
 
 MULTIVECTOR_MODEL_TYPE = "MultiVectorEncoder"
-CHUNK = 256  # texts per call into the library: bounds the token tensors held at once
 
 
 def is_multivector_folder(path: Path) -> bool:
@@ -30,30 +28,14 @@ def is_multivector_folder(path: Path) -> bool:
     return isinstance(found, dict) and found.get("model_type") == MULTIVECTOR_MODEL_TYPE
 
 
-class MultiVectorModel:
+class MultiVectorModel(StackModel):
     """Encodes queries and documents to ``TokenRows`` with recorded settings; ``.st`` is the ``MultiVectorEncoder``."""
 
     kind = "multivector"
 
-    def __init__(
-        self,
-        st: Any,
-        *,
-        name: str,
-        local_path: Path | None,
-        revision: str | None,
-        query_prompt: str,
-        document_prompt: str,
-        dtype: str,
-        device: str,
-        pool_factor: float = 1.0,
-        token_dtype: str = "float16",
-        batch_size: int = 32,
-    ) -> None:
-        self.st, self.name, self.local_path, self.revision = st, name, local_path, revision
-        self.query_prompt, self.document_prompt = query_prompt, document_prompt
-        self.dtype, self.device = dtype, device
-        self.pool_factor, self.token_dtype, self.batch_size = pool_factor, token_dtype, batch_size
+    def __init__(self, st: Any, *, pool_factor: float = 1.0, token_dtype: str = "float16", **common: Any) -> None:
+        super().__init__(st, **common)
+        self.pool_factor, self.token_dtype = pool_factor, token_dtype
 
     @property
     def max_length(self) -> int | None:
@@ -69,10 +51,6 @@ class MultiVectorModel:
     @cached_property
     def dim(self) -> int:
         return int(self.st.get_embedding_dimension())
-
-    @cached_property
-    def weights_sha256(self) -> str | None:
-        return None if self.local_path is None else weights_sha256(self.local_path)
 
     @property
     def settings(self) -> dict[str, Any]:
@@ -93,47 +71,17 @@ class MultiVectorModel:
             "similarity": "maxsim",
         }
 
-    def _pooling(self) -> Any:
-        if self.pool_factor == 1:
-            return None
-        from sentence_transformers.multi_vector_encoder.modules import HierarchicalTokenPooling
+    def _encode_chunk(self, encode: Any, texts: list[str], prompt: str | None) -> TokenRows:
+        pooling = None
+        if self.pool_factor != 1:  # the library's hierarchical pooling, of documents only (its default)
+            from sentence_transformers.multi_vector_encoder.modules import HierarchicalTokenPooling
 
-        return HierarchicalTokenPooling(pool_factor=self.pool_factor)  # documents only, as the library's default
+            pooling = HierarchicalTokenPooling(pool_factor=self.pool_factor)
+        rows = encode(texts, prompt=prompt, batch_size=self.batch_size, convert_to_numpy=True, token_pooling=pooling)
+        return TokenRows.from_list(rows, self.dim, self.token_dtype)
 
-    def _encode(self, texts: list[str], query: bool, progress: Any = None) -> TokenRows:
-        from embedkit.models.device import autocast
-
-        encode = self.st.encode_query if query else self.st.encode_document
-        prompt = self.query_prompt if query else self.document_prompt
-        pooling, parts = self._pooling(), []
-        with autocast(self.device, self.dtype):
-            for start in range(0, len(texts), CHUNK):
-                rows = encode(
-                    texts[start : start + CHUNK],
-                    prompt=prompt or None,
-                    batch_size=self.batch_size,
-                    convert_to_numpy=True,
-                    token_pooling=pooling,
-                )
-                parts.append(TokenRows.from_list(rows, self.dim, self.token_dtype))
-                if progress is not None:
-                    progress.update(len(parts[-1]))
+    def _stack(self, parts: list[TokenRows]) -> TokenRows:
         return TokenRows.vstack(parts, self.dim, self.token_dtype)
-
-    def encode_queries(self, queries: Sequence[str], **kwargs: Any) -> TokenRows:
-        """Query token vectors (a list of strings; an empty list gives no rows)."""
-        return self._encode(check_texts(queries, "queries"), query=True)
-
-    def encode_documents(self, documents: Sequence[str], **kwargs: Any) -> TokenRows:
-        return self._encode(check_texts(documents, "documents"), query=False, progress=kwargs.get("progress"))
-
-    def encode_corpus(self, corpus: Any, **kwargs: Any) -> TokenRows:
-        from embedkit.models.embedding_model import corpus_texts
-
-        return self._encode(corpus_texts(corpus), query=False)
-
-    def __repr__(self) -> str:
-        return f"MultiVectorModel({self.settings})"
 
 
 def load_multivector(name: str, path: Path | None, revision: str | None, *, device: str, dtype: str, **options: Any):

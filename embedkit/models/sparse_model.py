@@ -12,13 +12,12 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from embedkit.models.reference import weights_sha256
+from embedkit.models.stack_model import StackModel
 from embedkit.sparse import SparseRows
 from embedkit.storage import read_json
-from embedkit.validation import check_text, check_texts
+from embedkit.validation import check_text
 
 SPARSE_MODEL_TYPE = "SparseEncoder"
-CHUNK = 256  # texts per call into the library: bounds the sparse tensors held at once
 
 
 def is_sparse_folder(path: Path) -> bool:
@@ -39,29 +38,14 @@ def sparse_kind(network: Any) -> str:
     return "splade"
 
 
-class SparseModel:
+class SparseModel(StackModel):
     """Encodes queries and documents to ``SparseRows`` with recorded settings; ``.st`` is the ``SparseEncoder``."""
 
     kind = "sparse"
 
-    def __init__(
-        self,
-        st: Any,
-        *,
-        name: str,
-        local_path: Path | None,
-        revision: str | None,
-        query_prompt: str,
-        document_prompt: str,
-        dtype: str,
-        device: str,
-        max_active_dims: int | None = None,
-        batch_size: int = 32,
-    ) -> None:
-        self.st, self.name, self.local_path, self.revision = st, name, local_path, revision
-        self.query_prompt, self.document_prompt = query_prompt, document_prompt
-        self.dtype, self.device = dtype, device
-        self.max_active_dims, self.batch_size = max_active_dims, batch_size
+    def __init__(self, st: Any, *, max_active_dims: int | None = None, **common: Any) -> None:
+        super().__init__(st, **common)
+        self.max_active_dims = max_active_dims
 
     @property
     def max_length(self) -> int | None:
@@ -73,10 +57,6 @@ class SparseModel:
         """Dimensions of the vectors (a vocabulary, or the auto-encoder's latents), read from the output of one
         text: the stack's own ``get_embedding_dimension`` names the transformer's width until a first forward."""
         return int(self.st.encode_document(["dimension"], convert_to_sparse_tensor=True).shape[1])
-
-    @cached_property
-    def weights_sha256(self) -> str | None:
-        return None if self.local_path is None else weights_sha256(self.local_path)
 
     @property
     def settings(self) -> dict[str, Any]:
@@ -96,46 +76,19 @@ class SparseModel:
             "similarity": "dot",
         }
 
-    def _encode(self, texts: list[str], query: bool, progress: Any = None) -> SparseRows:
-        from embedkit.models.device import autocast
+    def _encode_chunk(self, encode: Any, texts: list[str], prompt: str | None) -> SparseRows:
+        vectors = encode(texts, prompt=prompt, batch_size=self.batch_size, convert_to_sparse_tensor=True,
+                         max_active_dims=self.max_active_dims)  # fmt: skip
+        return SparseRows.from_torch(vectors)
 
-        encode = self.st.encode_query if query else self.st.encode_document
-        prompt = self.query_prompt if query else self.document_prompt
-        parts = []
-        with autocast(self.device, self.dtype):
-            for start in range(0, len(texts), CHUNK):
-                vectors = encode(
-                    texts[start : start + CHUNK],
-                    prompt=prompt or None,
-                    batch_size=self.batch_size,
-                    convert_to_sparse_tensor=True,
-                    max_active_dims=self.max_active_dims,
-                )
-                parts.append(SparseRows.from_torch(vectors))
-                if progress is not None:
-                    progress.update(len(parts[-1]))
+    def _stack(self, parts: list[SparseRows]) -> SparseRows:
         return SparseRows.vstack(parts, self.dim)
-
-    def encode_queries(self, queries: Sequence[str], **kwargs: Any) -> SparseRows:
-        """Query vectors (a list of strings; an empty list gives no rows)."""
-        return self._encode(check_texts(queries, "queries"), query=True)
-
-    def encode_documents(self, documents: Sequence[str], **kwargs: Any) -> SparseRows:
-        return self._encode(check_texts(documents, "documents"), query=False, progress=kwargs.get("progress"))
-
-    def encode_corpus(self, corpus: Any, **kwargs: Any) -> SparseRows:
-        from embedkit.models.embedding_model import corpus_texts
-
-        return self._encode(corpus_texts(corpus), query=False)
 
     def token_names(self, indices: Sequence[int]) -> list[str]:
         """The vocabulary's words for these dimensions (a CSR latent is named ``c<index>``)."""
         if sparse_kind(self.st) == "csr":
             return [f"c{i}" for i in indices]
         return self.st.tokenizer.convert_ids_to_tokens([int(i) for i in indices])
-
-    def __repr__(self) -> str:
-        return f"SparseModel({self.settings})"
 
 
 def load_sparse(name: str, path: Path | None, revision: str | None, *, device: str, dtype: str, **options: Any):
