@@ -87,20 +87,7 @@ def encode(
         raise EmbedkitError("give --worker-id and --num-workers together")
     check_worker(worker_id or 0, num_workers or 1)
     opt.at_least(shard_size, 1, "--shard-size")
-    options = opt.ModelOptions(
-        model,
-        pooling,
-        query_prompt,
-        document_prompt,
-        max_length,
-        dtype,
-        device,
-        batch_tokens,
-        backend,
-        max_active_dims,
-        pool_factor,
-        token_dtype,
-    ).check()
+    options = opt.ModelOptions.of(locals()).check()
     check_embeddings_folder(output)
     from embedkit.outputs import refuse_inside_other_output
 

@@ -133,20 +133,7 @@ def evaluate(
     opt.at_least(quantization, 1, "--quantization", maximum=MAX_QUANTIZATION)
     for flag, value in (("--nprobe", nprobe), ("--ef-search", ef_search)):
         opt.at_least(value, 1, flag, maximum=MAX_SEARCH_PARAM)
-    options = opt.ModelOptions(
-        model,
-        pooling,
-        query_prompt,
-        document_prompt,
-        max_length,
-        dtype,
-        device,
-        batch_tokens,
-        backend,
-        max_active_dims,
-        pool_factor,
-        token_dtype,
-    )
+    options = opt.ModelOptions.of(locals())
     parts = hybrid_part_names(hybrid_parts, retriever)
     weights = parse_weights(fusion_weights, parts)
     dense = {"--factory": factory, "--metric": metric, "--nprobe": nprobe, "--ef-search": ef_search}

@@ -129,6 +129,11 @@ class ModelOptions:
     pool_factor: float | None = None
     token_dtype: str | None = None
 
+    @classmethod
+    def of(cls, flags: dict[str, Any]) -> ModelOptions:
+        """The model flags among a verb's parameters (``locals()``), by name."""
+        return cls(**{name: flags.get(name) for name in cls.__dataclass_fields__})
+
     def check(self) -> ModelOptions:
         from embedkit.models.options import POOLINGS, check_run_options
         from embedkit.models.reference import resolve_model

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from embedkit.errors import EmbedkitError
-from embedkit.models.stack_model import StackModel
+from embedkit.models.stack_model import StackModel, stack_identity
 from embedkit.multivector import TOKEN_DTYPES, TokenRows
 from embedkit.storage import read_json
-from embedkit.validation import check_number, check_text
+from embedkit.validation import check_number
 
 MULTIVECTOR_MODEL_TYPE = "MultiVectorEncoder"
 
@@ -101,17 +101,9 @@ def load_multivector(name: str, path: Path | None, revision: str | None, *, devi
     if options.get("max_length") is not None:
         check_max_length(options["max_length"], longest_input(network[0].auto_model.config), path=path)
         network[0].document_length = options["max_length"]
-    prompts = getattr(network, "prompts", {}) or {}
-    query_prompt, document_prompt = options.get("query_prompt"), options.get("document_prompt")
-    for prompt, where in ((query_prompt, "query_prompt"), (document_prompt, "document_prompt")):
-        check_text(prompt, None, None, where, required=False)
     return MultiVectorModel(
         network,
-        name=name,
-        local_path=path,
-        revision=revision,
-        query_prompt=prompts.get("query") or "" if query_prompt is None else query_prompt,
-        document_prompt=prompts.get("document") or "" if document_prompt is None else document_prompt,
+        **stack_identity(network, name, path, revision, **options),
         dtype=dtype,
         device=device,
         pool_factor=float(pool_factor),

@@ -12,10 +12,9 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from embedkit.models.stack_model import StackModel
+from embedkit.models.stack_model import StackModel, stack_identity
 from embedkit.sparse import SparseRows
 from embedkit.storage import read_json
-from embedkit.validation import check_text
 
 SPARSE_MODEL_TYPE = "SparseEncoder"
 
@@ -104,17 +103,9 @@ def load_sparse(name: str, path: Path | None, revision: str | None, *, device: s
         limit = longest_input(transformers[0].config) if transformers else None
         check_max_length(options["max_length"], limit, path=path)  # the position table, not the saved max length
         network.max_seq_length = options["max_length"]
-    prompts = getattr(network, "prompts", {}) or {}
-    query_prompt, document_prompt = options.get("query_prompt"), options.get("document_prompt")
-    for prompt, where in ((query_prompt, "query_prompt"), (document_prompt, "document_prompt")):
-        check_text(prompt, None, None, where, required=False)
     return SparseModel(
         network,
-        name=name,
-        local_path=path,
-        revision=revision,
-        query_prompt=prompts.get("query", "") if query_prompt is None else query_prompt,
-        document_prompt=prompts.get("document", "") if document_prompt is None else document_prompt,
+        **stack_identity(network, name, path, revision, **options),
         dtype=dtype,
         device=device,
         max_active_dims=options.get("max_active_dims") or network.max_active_dims,  # recorded as in effect (CSR's k)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from embedkit.models.reference import weights_sha256
-from embedkit.validation import check_texts
+from embedkit.validation import check_text, check_texts
 
 CHUNK = 256  # texts per call into the library: bounds the tensors held at once
 
@@ -74,3 +74,14 @@ class StackModel:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.settings})"
+
+
+def stack_identity(network: Any, name: str, path: Path | None, revision: str | None, **options: Any) -> dict[str, Any]:
+    """The keyword arguments a ``StackModel`` shares, from a loaded stack: its own prompts unless given (checked)."""
+    prompts = getattr(network, "prompts", {}) or {}
+    given = {key: options.get(f"{key}_prompt") for key in ("query", "document")}
+    for key, prompt in given.items():
+        check_text(prompt, None, None, f"{key}_prompt", required=False)
+    chosen = {key: prompts.get(key, "") if prompt is None else prompt for key, prompt in given.items()}
+    return {"name": name, "local_path": path, "revision": revision,
+            "query_prompt": chosen["query"], "document_prompt": chosen["document"]}  # fmt: skip
