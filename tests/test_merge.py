@@ -131,6 +131,7 @@ def test_merge_averages_kept_checkpoints_into_a_soup(trained, tmp_path):
             assert torch.allclose(tensor.double(), expected, atol=1e-6, rtol=0), name
 
 
+@pytest.mark.slow  # four training steps, two checkpoints and eleven dev scorings: minutes of `make test`
 def test_training_can_save_a_soup_merged_with_the_base(slice_mined, train_slice, tmp_path):
     """--soup-last 2 --merge-with-base auto: the soup of the last two checkpoints, then the alpha the documented
     rule picks from the dev scores it recorded; alpha 1 is the soup itself, and the saved model scores its alpha's."""

@@ -186,14 +186,22 @@ def check(verb: str, flag: str, value: str, world: dict) -> None:
     _judge(verb, flag, value, done, out, world)
 
 
-@pytest.mark.parametrize("verb", VERBS)
+# the verbs whose every value trains a model (minutes each) sweep with `make test-slow`, the rest with `make test`
+TRAINING = ("merge", "pretrain")
+
+
+def _split(verbs: tuple[str, ...], slow: tuple[str, ...]) -> list:
+    return [pytest.param(verb, marks=pytest.mark.slow) if verb in slow else verb for verb in verbs]
+
+
+@pytest.mark.parametrize("verb", _split(VERBS, ("pretrain",)))
 def test_every_numeric_option_with_extreme_values(world, verb):
     for flag in numeric_options(verb):
         for value in SPECIAL:
             check(verb, flag, value, world)
 
 
-@pytest.mark.parametrize("verb", VERBS)
+@pytest.mark.parametrize("verb", _split(VERBS, TRAINING))
 def test_drawn_values(world, verb):
     options = numeric_options(verb)
     values = st.one_of(
