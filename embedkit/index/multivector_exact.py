@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from embedkit.data.trec import TIE_BREAK
+from embedkit.encode.folder import load_token_rows
 from embedkit.errors import EmbedkitError
 from embedkit.multivector import TokenRows, maxsim
 from embedkit.outputs import replace_folder
@@ -79,8 +80,7 @@ class MultiVectorExactIndex:
         meta = read_json(folder / "meta.json", "index metadata")
         if not isinstance(meta, dict) or meta.get("format") != FORMAT or meta.get("engine") != "exact":
             raise EmbedkitError("not an exact multi-vector index (meta.json)", path=folder, field="--index")
-        with np.load(folder / "tokens.npz", allow_pickle=False) as arrays:
-            rows = TokenRows(arrays["offsets"], arrays["vectors"])
+        rows = load_token_rows(folder / "tokens.npz")  # a damaged file is one line
         return cls(rows, read_lines(folder / "docid"), meta["settings"])
 
     def search(self, queries: TokenRows, k: int) -> list[list[tuple[str, float]]]:

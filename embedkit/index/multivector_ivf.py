@@ -17,6 +17,7 @@ from typing import Any
 import faiss
 import numpy as np
 
+from embedkit.encode.folder import load_token_rows
 from embedkit.errors import EmbedkitError
 from embedkit.index.multivector_exact import FORMAT, MULTIVECTOR_INDEX_KIND, MultiVectorExactIndex, top_hits
 from embedkit.multivector import TokenRows, maxsim
@@ -94,8 +95,7 @@ class MultiVectorIVFIndex:
         meta = read_json(folder / "meta.json", "index metadata")
         if not isinstance(meta, dict) or meta.get("format") != FORMAT or meta.get("engine") != "ivf":
             raise EmbedkitError("not an IVF multi-vector index (meta.json)", path=folder, field="--index")
-        with np.load(folder / "tokens.npz", allow_pickle=False) as arrays:
-            rows = TokenRows(arrays["offsets"], arrays["vectors"])
+        rows = load_token_rows(folder / "tokens.npz")  # a damaged file is one line
         exact = MultiVectorExactIndex(rows, read_lines(folder / "docid"), meta["settings"])
         try:
             ivf = faiss.read_index(str(folder / "ivf"))
