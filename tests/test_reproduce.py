@@ -118,3 +118,19 @@ def test_list_and_help():
     listed = embedkit("reproduce", "--list")
     assert listed.returncode == 0 and "bm25-flat.scifact: BM25 flat" in listed.stdout
     assert "Example: embedkit reproduce" in embedkit("reproduce", "--help").stdout
+
+
+def test_a_colbert_row_loads_its_multivector_model(colbert_folder, scifact_subset, tmp_path):
+    """A ``colbert`` condition's model is loaded and searched by MaxSim; its measured score is ``evaluate``'s."""
+    from embedkit import evaluate, load_model
+
+    condition = (
+        f"  - id: colbert\n    dataset: {scifact_subset}\n    retriever: colbert\n"
+        f"    model: {{name: '{colbert_folder}'}}\n    expected: {{ndcg_at_10: 0.0}}\n    source: src\n"
+        "    tolerance: 1.0\n"
+    )
+    result = embedkit("reproduce", "--config", _config(tmp_path, condition), "-o", tmp_path / "out")
+    assert result.returncode == 0, result.stderr
+    row = json.loads((tmp_path / "out" / "reproduce.json").read_text())["rows"][0]
+    expected = evaluate(load_model(colbert_folder), scifact_subset, "test", "colbert", cache_dir=tmp_path / "cache")
+    assert row["status"] == "pass" and row["metrics"]["ndcg_at_10"]["measured"] == expected["metrics"]["ndcg_at_10"]

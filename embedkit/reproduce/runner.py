@@ -12,7 +12,7 @@ from embedkit.errors import EmbedkitError
 from embedkit.evaluation.pipeline import EvaluateOptions, evaluate
 from embedkit.models.loading import load_model
 from embedkit.reproduce.conditions import Condition, load_conditions, select
-from embedkit.search.retriever import bm25_part, dense_part, sparse_part, to_dict
+from embedkit.search.retriever import bm25_part, dense_part, late_part, sparse_part, to_dict
 
 
 def why_not_runnable(condition: Condition, data_dir: str | Path | None) -> str | None:
@@ -56,7 +56,7 @@ def run_condition(
     reason = why_not_runnable(condition, data_dir)
     model = sparse_model = None
     dense, sparse = dense_part(condition.retriever), sparse_part(condition.retriever)
-    if reason is None and (dense or sparse):
+    if reason is None and (dense or sparse or late_part(condition.retriever)):
         model, reason = _load_model(condition.model or {})
     if reason is None and dense and sparse:
         sparse_model, reason = _load_model(condition.sparse_model or {})
