@@ -194,7 +194,7 @@ def _split(verbs: tuple[str, ...], slow: tuple[str, ...]) -> list:
     return [pytest.param(verb, marks=pytest.mark.slow) if verb in slow else verb for verb in verbs]
 
 
-@pytest.mark.parametrize("verb", _split(VERBS, ("pretrain",)))
+@pytest.mark.parametrize("verb", _split(VERBS, TRAINING))
 def test_every_numeric_option_with_extreme_values(world, verb):
     for flag in numeric_options(verb):
         for value in SPECIAL:

@@ -1,4 +1,4 @@
-"""Stage 5: queries into a ``Run``: dense search over an index, BM25, fusion of runs."""
+"""Stage 5: queries into a ``Run``: dense, sparse and late-interaction search over an index, BM25, fusion of runs."""
 
 from typing import TYPE_CHECKING
 
@@ -11,6 +11,8 @@ _EXPORTS = {
     "DenseRetrieval": "embedkit.search.dense",
     "Fusion": "embedkit.search.retriever",
     "Hybrid": "embedkit.search.retriever",
+    "LateInteraction": "embedkit.search.retriever",
+    "LateInteractionRetrieval": "embedkit.search.late_interaction",
     "Sparse": "embedkit.search.retriever",
     "SparseRetrieval": "embedkit.search.sparse",
     "bm25_searcher": "embedkit.search.bm25",
@@ -26,6 +28,8 @@ __all__ = [
     "DenseRetrieval",
     "Fusion",
     "Hybrid",
+    "LateInteraction",
+    "LateInteractionRetrieval",
     "Sparse",
     "SparseRetrieval",
     "bm25_searcher",
@@ -40,5 +44,6 @@ if TYPE_CHECKING:
     from embedkit.search.bm25 import Bm25sSearcher, bm25_searcher
     from embedkit.search.dense import DenseRetrieval, dense_search
     from embedkit.search.fusion import fuse, normalized_interpolation, reciprocal_rank_fusion
-    from embedkit.search.retriever import BM25, Dense, Fusion, Hybrid, Sparse
+    from embedkit.search.late_interaction import LateInteractionRetrieval
+    from embedkit.search.retriever import BM25, Dense, Fusion, Hybrid, LateInteraction, Sparse
     from embedkit.search.sparse import SparseRetrieval
