@@ -112,14 +112,6 @@ def chosen_late_model(results: dict) -> str:
 
 def arms_stage(results: dict, output: Path, finetune: Path, save) -> None:
     folder, cache, reports = finetune / "scifact-dev", finetune / "cache", output / "reports"
-    if "dense" not in results:
-        recorded = json.loads((finetune / "result.json").read_text())["epochs-6-dev"]
-        keys = ("dev_ndcg_at_10", "dev_recall_at_100", "test_ndcg_at_10", "test_recall_at_100", "test_report")
-        results["dense"] = {key: recorded[key] for key in keys} | {"transfer": recorded["transfer"]}
-        save()
-    if "bm25" not in results:
-        results["bm25"] = score(None, BM25_SPEC, folder, cache, reports, "bm25")
-        save()
     for name in MODELS:
         if f"train:{name}" not in results:
             results[f"train:{name}"] = train_model(name, output, finetune)
@@ -130,6 +122,14 @@ def arms_stage(results: dict, output: Path, finetune: Path, save) -> None:
             results[name] = score(model, LateInteraction(), folder, cache, reports, name, transfer=pool_factor is None)
             save()
             print(name, {k: v for k, v in results[name].items() if k.endswith("ndcg_at_10")}, flush=True)
+    if "bm25" not in results:
+        results["bm25"] = score(None, BM25_SPEC, folder, cache, reports, "bm25")
+        save()
+    if "dense" not in results:
+        recorded = json.loads((finetune / "result.json").read_text())["epochs-6-dev"]
+        keys = ("dev_ndcg_at_10", "dev_recall_at_100", "test_ndcg_at_10", "test_recall_at_100", "test_report")
+        results["dense"] = {key: recorded[key] for key in keys} | {"transfer": recorded["transfer"]}
+        save()
     reranker = chosen_late_model(results)
     settings = RerankSettings(str(output / "models" / reranker), depth=DEPTH, max_length=DOCUMENT_TOKENS)
     dense = load_model(finetune / "models" / "epochs-6-dev", max_length=DOCUMENT_TOKENS)

@@ -179,7 +179,7 @@ def impact_agreement(model, embeddings, vectors, ids: list[str], impact_run: dic
     """The impact index's top 10 against the exact product of the quantised vectors (x100) it stores, and pyserini's
     ``LuceneImpactSearcher`` opened by hand on the same folder (each query's own quantised vector, read 30 deep and
     cut in trec_eval's order, as the test does)."""
-    from embedkit.index.sparse_exact import top_hits
+    from embedkit.data.trec import top_hits
     from embedkit.integrations.pyserini import _openai_key_for_import
 
     with _openai_key_for_import():

@@ -112,7 +112,7 @@ def test_the_exact_sparse_index_ranks_as_the_dense_product_does(splade_folder, s
 def test_the_lucene_impact_index_returns_the_exact_top_10_of_the_quantised_vectors(splade_folder, scifact, tmp_path):
     """embedkit's impact index, and pyserini's LuceneImpactSearcher opened by hand on it, rank as the exact product
     of the quantised vectors (×100) does, ties by document id descending."""
-    from embedkit.index.sparse_exact import top_hits
+    from embedkit.data.trec import top_hits
     from embedkit.integrations.pyserini import _openai_key_for_import
     from embedkit.integrations.pyserini_impact import LuceneImpact, build_impact_index
 
@@ -268,7 +268,7 @@ def test_the_encode_command_writes_sparse_shards(splade_folder, scifact_subset, 
 def test_the_impact_index_breaks_ties_past_its_read_depth_as_trec_eval_does(tmp_path):
     """Forty documents tie at every place: Lucene returns its own 15 of them, embedkit reads deeper and keeps the
     doc ids trec_eval ranks first (descending), as the exact index does."""
-    from embedkit.index.sparse_exact import top_hits
+    from embedkit.data.trec import top_hits
     from embedkit.integrations.pyserini_impact import LuceneImpact, build_impact_index
 
     ids = [f"d{i:02d}" for i in range(40)]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 from embedkit.data.jsonl import read_lines_of
 from embedkit.errors import EmbedkitError
@@ -23,6 +24,20 @@ TIE_BREAK = "score descending, then document id descending (trec_eval)"
 def ranked(hits: dict[str, float]) -> list[tuple[str, float]]:
     """A query's hits in ``TIE_BREAK`` order: the order pytrec_eval scores, ``write_run`` ranks and cuts keep."""
     return sorted(hits.items(), key=lambda item: (item[1], item[0]), reverse=True)
+
+
+def top_hits(scores: Any, doc_ids: list[str], k: int, positive_only: bool = False) -> list[tuple[str, float]]:
+    """The ``k`` best of one query's scores over ``doc_ids`` (a numpy array) in ``TIE_BREAK`` order: every document
+    tied at the k-th score competes for the last places by id, as trec_eval would rank a deeper run;
+    ``positive_only`` drops scores of 0 and below (a sparse product's documents sharing no term)."""
+    import numpy as np
+
+    candidates = np.flatnonzero(scores > 0) if positive_only else np.arange(len(scores))
+    if len(candidates) > k:
+        kth = np.partition(scores[candidates], len(candidates) - k)[len(candidates) - k]
+        candidates = candidates[scores[candidates] >= kth]
+    return sorted(((doc_ids[j], float(scores[j])) for j in candidates), key=lambda hit: (hit[1], hit[0]),
+                  reverse=True)[:k]  # fmt: skip
 
 
 def sort_run(run: Run) -> Run:

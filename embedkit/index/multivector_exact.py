@@ -12,9 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from embedkit.data.trec import TIE_BREAK
+from embedkit.data.trec import TIE_BREAK, top_hits
 from embedkit.encode.folder import load_token_rows
 from embedkit.errors import EmbedkitError
 from embedkit.multivector import TokenRows, maxsim
@@ -25,17 +23,6 @@ from embedkit.validation import check_whole
 MULTIVECTOR_INDEX_KIND = "multivector-index"
 FORMAT = f"embedkit.{MULTIVECTOR_INDEX_KIND}/1"
 QUERY_BLOCK = 64  # queries scored at once: a block's score matrix is QUERY_BLOCK x documents float32
-
-
-def top_hits(scores: np.ndarray, doc_ids: list[str], k: int) -> list[tuple[str, float]]:
-    """The ``k`` best scores of one query in trec_eval's order (every document tied at the k-th score competes for
-    the last places by id)."""
-    candidates = np.arange(len(scores))
-    if len(candidates) > k:
-        kth = np.partition(scores, len(scores) - k)[len(scores) - k]
-        candidates = candidates[scores >= kth]
-    hits = [(doc_ids[j], float(scores[j])) for j in candidates]
-    return sorted(hits, key=lambda hit: (hit[1], hit[0]), reverse=True)[:k]
 
 
 @dataclass

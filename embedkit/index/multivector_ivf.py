@@ -17,9 +17,10 @@ from typing import Any
 import faiss
 import numpy as np
 
+from embedkit.data.trec import top_hits
 from embedkit.encode.folder import load_token_rows
 from embedkit.errors import EmbedkitError
-from embedkit.index.multivector_exact import FORMAT, MULTIVECTOR_INDEX_KIND, MultiVectorExactIndex, top_hits
+from embedkit.index.multivector_exact import FORMAT, MULTIVECTOR_INDEX_KIND, MultiVectorExactIndex
 from embedkit.multivector import TokenRows, maxsim
 from embedkit.outputs import replace_folder
 from embedkit.storage import read_json, read_lines, save_npz, write_json, write_lines

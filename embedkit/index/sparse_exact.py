@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from embedkit.data.trec import TIE_BREAK
+from embedkit.data.trec import TIE_BREAK, top_hits
 from embedkit.errors import EmbedkitError
 from embedkit.outputs import replace_folder
 from embedkit.sparse import SparseRows
@@ -25,17 +25,6 @@ from embedkit.validation import check_whole
 SPARSE_INDEX_KIND = "sparse-index"
 FORMAT = f"embedkit.{SPARSE_INDEX_KIND}/1"
 QUERY_BLOCK = 256  # queries scored at once: a block's dense score matrix is QUERY_BLOCK x documents float32
-
-
-def top_hits(scores: np.ndarray, doc_ids: list[str], k: int) -> list[tuple[str, float]]:
-    """The ``k`` best non-zero scores of one query in ``TIE_BREAK`` order (every document tied at the k-th score
-    competes for the last places by id)."""
-    positive = np.flatnonzero(scores > 0)
-    if len(positive) > k:
-        kth = np.partition(scores[positive], len(positive) - k)[len(positive) - k]
-        positive = positive[scores[positive] >= kth]
-    hits = [(doc_ids[j], float(scores[j])) for j in positive]
-    return sorted(hits, key=lambda hit: (hit[1], hit[0]), reverse=True)[:k]
 
 
 @dataclass
@@ -96,5 +85,5 @@ class SparseExactIndex:
         for start in range(0, len(queries), QUERY_BLOCK):
             block = queries.take(range(start, min(start + QUERY_BLOCK, len(queries)))).to_scipy()
             scores = (block @ transposed).toarray().astype(np.float32)
-            results += [top_hits(row, self.doc_ids, k) for row in scores]
+            results += [top_hits(row, self.doc_ids, k, positive_only=True) for row in scores]
         return results
