@@ -9,8 +9,8 @@ dense fine-tune, chosen on dev, with held-out transfer, bytes per document, buil
 Data: the dense fine-tune study's SciFact folder (``benchmarks/finetune_scifact.py``: train qrels split 90/10 into
 train and dev, seeded), its mined file (base-model negatives, ranks 10-100) and its dev-chosen ``epochs-6-dev`` model,
 the baseline (its scores and test run are that study's). Both late-interaction models start from all-MiniLM-L6-v2
-with a new 384 -> 128 token projection (seed 0, recorded) and train on ``train`` with the dense baseline recipe's
-batch (32 queries, 1 hard negative, in-batch negatives), lr 3e-5, 128 tokens, bf16 autocast, for 3 epochs
+with a new 384 -> 128 token projection (from the training seed, 42; recorded) and train on ``train`` with the dense
+baseline recipe's batch (32 queries, 1 hard negative, in-batch negatives), lr 3e-5, 128 tokens, bf16, for 3 epochs
 (``epochs-dev``'s length; the dense 6 would double the CPU time): ``colbert`` by MaxSim, ``xtr`` by XTR's in-batch
 top-k token scoring. Every arm is scored at 256 document tokens, token vectors stored in float16, exact MaxSim:
 
