@@ -4,7 +4,7 @@ benchmarks/late_interaction_scifact.py --table``)."""
 from __future__ import annotations
 
 TRANSFER = ("cranfield", "cisi", "medline", "cacm", "npl", "lisa")
-ARMS = ("bm25", "dense", "colbert", "colbert+pool2", "xtr", "rerank:dense", "rerank:bm25")
+ARMS = ("bm25", "dense", "colbert", "colbert+pool2", "xtr", "rerank:bm25", "rerank:dense")
 
 
 def _cell(value: float | None, digits: int = 4) -> str:

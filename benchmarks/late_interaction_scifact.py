@@ -49,7 +49,7 @@ DEPTH = 100  # a reranker's first-stage depth
 BM25_SPEC = BM25(backend="pyserini")
 MODELS = {"colbert": "colbert", "xtr": "xtr"}  # trained model: its scoring
 RETRIEVERS = {"colbert": ("colbert", None), "colbert+pool2": ("colbert", 2.0), "xtr": ("xtr", None)}
-RERANKS = {"rerank:dense": "dense", "rerank:bm25": "bm25"}
+RERANKS = {"rerank:bm25": "bm25", "rerank:dense": "dense"}
 
 
 def metrics_of(report: dict) -> dict[str, float]:
@@ -125,20 +125,24 @@ def arms_stage(results: dict, output: Path, finetune: Path, save) -> None:
     if "bm25" not in results:
         results["bm25"] = score(None, BM25_SPEC, folder, cache, reports, "bm25")
         save()
-    if "dense" not in results:
-        recorded = json.loads((finetune / "result.json").read_text())["epochs-6-dev"]
-        keys = ("dev_ndcg_at_10", "dev_recall_at_100", "test_ndcg_at_10", "test_recall_at_100", "test_report")
-        results["dense"] = {key: recorded[key] for key in keys} | {"transfer": recorded["transfer"]}
-        save()
     reranker = chosen_late_model(results)
     settings = RerankSettings(str(output / "models" / reranker), depth=DEPTH, max_length=DOCUMENT_TOKENS)
-    dense = load_model(finetune / "models" / "epochs-6-dev", max_length=DOCUMENT_TOKENS)
     for name, first in RERANKS.items():
-        if name not in results:
-            model, spec = (dense, Dense()) if first == "dense" else (None, BM25_SPEC)
-            results[name] = score(model, spec, folder, cache, reports, name, reranker=settings) | {"model": reranker}
-            save()
-            print(name, {k: v for k, v in results[name].items() if k.endswith("ndcg_at_10")}, flush=True)
+        if name in results:
+            continue
+        if first == "dense":
+            recorded = json.loads((finetune / "result.json").read_text()).get("epochs-6-dev")
+            if recorded is None:
+                print("the dense fine-tune has not finished (finetune_scifact.py): run this stage again after it")
+                return
+            keys = ("dev_ndcg_at_10", "dev_recall_at_100", "test_ndcg_at_10", "test_recall_at_100", "test_report")
+            results["dense"] = {key: recorded[key] for key in keys} | {"transfer": recorded["transfer"]}
+            model, spec = load_model(finetune / "models" / "epochs-6-dev", max_length=DOCUMENT_TOKENS), Dense()
+        else:
+            model, spec = None, BM25_SPEC
+        results[name] = score(model, spec, folder, cache, reports, name, reranker=settings) | {"model": reranker}
+        save()
+        print(name, {k: v for k, v in results[name].items() if k.endswith("ndcg_at_10")}, flush=True)
     arms = [*RETRIEVERS, *RERANKS]
     chosen = max(arms, key=lambda name: results[name]["dev_ndcg_at_10"])
     results["choices"] = {"late_model": reranker, "arm": chosen}
