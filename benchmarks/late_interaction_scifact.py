@@ -4,6 +4,7 @@ dense fine-tune, chosen on dev, with held-out transfer, bytes per document, buil
 
     python benchmarks/late_interaction_scifact.py --stage arms    # train ColBERT and XTR, score every arm
     python benchmarks/late_interaction_scifact.py --stage costs   # storage, build time, queries/s, IVF vs exact
+    python benchmarks/late_interaction_scifact.py --stage transfer  # the six classic collections, per arm
     python benchmarks/late_interaction_scifact.py --table
 
 Data: the dense fine-tune study's SciFact folder (``benchmarks/finetune_scifact.py``: train qrels split 90/10 into
@@ -56,8 +57,8 @@ def metrics_of(report: dict) -> dict[str, float]:
     return {key: report["metrics"][key] for key in ("ndcg_at_10", "recall_at_100")}
 
 
-def score(model, spec, folder: Path, cache: Path, reports: Path, name: str, reranker=None, transfer=True) -> dict:
-    """Dev and test nDCG@10 and recall@100 (the test report kept for ``compare``), and the transfer collections."""
+def score(model, spec, folder: Path, cache: Path, reports: Path, name: str, reranker=None) -> dict:
+    """Dev and test nDCG@10 and recall@100 (the test report kept for ``compare``)."""
     row: dict = {}
     options = EvaluateOptions(overwrite=True, reranker=reranker)
     for split in ("dev", "test"):
@@ -66,13 +67,15 @@ def score(model, spec, folder: Path, cache: Path, reports: Path, name: str, rera
         row |= {f"{split}_{key}": value for key, value in metrics_of(report).items()}
         row |= {f"{split}_report": report["folder"], f"{split}_s": round(time.perf_counter() - start, 1)}
         row["retrieval"] = report["retrieval"]
-    if transfer:
-        scores = {
-            c: evaluate(model, BEIR / c, "test", spec, cache_dir=cache, options=options)["metrics"]["ndcg_at_10"]
-            for c in TRANSFER
-        }
-        row["transfer"] = {**scores, "mean": float(np.mean(list(scores.values())))}
     return row
+
+
+def transfer(model, spec, cache: Path, reranker=None) -> dict:
+    """Test nDCG@10 on the six classic collections and their mean."""
+    options = EvaluateOptions(overwrite=True, reranker=reranker)
+    scores = {c: evaluate(model, BEIR / c, "test", spec, cache_dir=cache, options=options)["metrics"]["ndcg_at_10"]
+              for c in TRANSFER}  # fmt: skip
+    return {**scores, "mean": float(np.mean(list(scores.values())))}
 
 
 def train_model(name: str, output: Path, finetune: Path) -> dict:
@@ -119,13 +122,14 @@ def arms_stage(results: dict, output: Path, finetune: Path, save) -> None:
     for name, (trained, pool_factor) in RETRIEVERS.items():
         if name not in results:
             model = late_model(output, trained, pool_factor)
-            results[name] = score(model, LateInteraction(), folder, cache, reports, name, transfer=pool_factor is None)
+            results[name] = score(model, LateInteraction(), folder, cache, reports, name)
             save()
             print(name, {k: v for k, v in results[name].items() if k.endswith("ndcg_at_10")}, flush=True)
     if "bm25" not in results:
         results["bm25"] = score(None, BM25_SPEC, folder, cache, reports, "bm25")
         save()
     reranker = chosen_late_model(results)
+    results["choices"] = {"late_model": reranker}
     settings = RerankSettings(str(output / "models" / reranker), depth=DEPTH, max_length=DOCUMENT_TOKENS)
     for name, first in RERANKS.items():
         if name in results:
@@ -145,13 +149,34 @@ def arms_stage(results: dict, output: Path, finetune: Path, save) -> None:
         print(name, {k: v for k, v in results[name].items() if k.endswith("ndcg_at_10")}, flush=True)
     arms = [*RETRIEVERS, *RERANKS]
     chosen = max(arms, key=lambda name: results[name]["dev_ndcg_at_10"])
-    results["choices"] = {"late_model": reranker, "arm": chosen}
+    results["choices"] |= {"arm": chosen}
     pairs = [*(("dense", name) for name in arms), ("bm25", "rerank:bm25")]
     results["compare"] = {
         f"{a} vs {b}": compare_runs([results[a]["test_report"], results[b]["test_report"]])["comparisons"][0]["tests"]
         for a, b in pairs
     }
     save()
+
+
+def transfer_stage(results: dict, output: Path, finetune: Path, save) -> None:
+    """The six classic collections for each arm but ``colbert+pool2`` (a storage choice), after every SciFact score:
+    the dev-chosen late model's retriever and second stages first."""
+    cache, late = finetune / "cache", results["choices"]["late_model"]
+    reranker = RerankSettings(str(output / "models" / late), depth=DEPTH, max_length=DOCUMENT_TOKENS)
+    order = [late, "bm25", "rerank:bm25", "rerank:dense", *(name for name in MODELS if name != late)]
+    for name in order:
+        if name not in results or "transfer" in results[name]:
+            continue
+        if name in MODELS:
+            model, spec, second = late_model(output, name), LateInteraction(), None
+        elif name.endswith("dense"):
+            model = load_model(finetune / "models" / "epochs-6-dev", max_length=DOCUMENT_TOKENS)
+            spec, second = Dense(), reranker
+        else:
+            model, spec, second = None, BM25_SPEC, reranker if name.startswith("rerank") else None
+        results[name]["transfer"] = transfer(model, spec, cache, second)
+        save()
+        print(name, "transfer", results[name]["transfer"]["mean"], flush=True)
 
 
 def _bytes(folder: Path, pattern: str = "*") -> int:
@@ -196,9 +221,11 @@ def costs_stage(results: dict, output: Path, finetune: Path, save) -> None:
 
     data, cache = load_dataset(finetune / "scifact-dev"), finetune / "cache"
     queries = data.split_queries("test")
-    ids, costs = list(queries), {}
+    ids, costs = list(queries), results.get("costs", {})
     name = results["choices"]["late_model"]
     for label, pool_factor in (("late", None), ("late+pool2", 2.0)):
+        if label in costs:
+            continue
         model = late_model(output, name, pool_factor)
         vectors = model.encode_queries(list(queries.values()))
         exact_retrieval = LateInteractionRetrieval(model, LateInteraction(), cache)
@@ -221,6 +248,11 @@ def costs_stage(results: dict, output: Path, finetune: Path, save) -> None:
             run = {q: dict(h) for q, h in zip(ids, hits, strict=True)}
             row["library_agreement"] = library_agreement(output / "models" / name, data, queries, run, 50)
         costs[label] = row
+        results["costs"] = costs | {"queries": len(ids), "threads": os.environ.get("OMP_NUM_THREADS")}
+        save()
+    if not (finetune / "models" / "epochs-6-dev").is_dir():
+        print("the dense fine-tune has not finished (finetune_scifact.py): run this stage again after it")
+        return
     dense_model = load_model(finetune / "models" / "epochs-6-dev", max_length=DOCUMENT_TOKENS)
     dense = DenseRetrieval(dense_model, Dense(), cache)
     embeddings = dense.embeddings(data)
@@ -237,7 +269,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output", default="runs/late")
     parser.add_argument("--finetune", default="runs/finetune", help="the dense fine-tune study's output folder")
-    parser.add_argument("--stage", choices=["arms", "costs"], action="append", default=[])
+    parser.add_argument("--stage", choices=["arms", "costs", "transfer"], action="append", default=[])
     parser.add_argument("--table", action="store_true")
     args = parser.parse_args()
     output, finetune = Path(args.output), Path(args.finetune)
@@ -252,6 +284,8 @@ def main() -> None:
         arms_stage(results, output, finetune, save)
     if "costs" in args.stage:
         costs_stage(results, output, finetune, save)
+    if "transfer" in args.stage:
+        transfer_stage(results, output, finetune, save)
     print(tables(results))
 
 
