@@ -73,9 +73,10 @@ def costs_table(results: dict) -> str:
             lines.append(f"| {label} IVF{row['ivf_lists']} nprobe {ivf['nprobe']}, candidates {ivf['candidates']} | "
                          f" | | {row['ivf_build_s']:.1f} | {ivf['search_per_s']:.1f} | "
                          f"{ivf['recall_at_10_vs_exact']:.3f} |")  # fmt: skip
-    dense = costs["dense"]
-    lines.append(f"| dense Flat | {dense['bytes_per_document']} | {dense['embeddings_bytes'] / mb:.1f} | "
-                 f"{dense['flat_build_s']:.2f} | {dense['flat_search_per_s']:.0f} | |")  # fmt: skip
+    dense = costs.get("dense")
+    if dense:
+        lines.append(f"| dense Flat | {dense['bytes_per_document']} | {dense['embeddings_bytes'] / mb:.1f} | "
+                     f"{dense['flat_build_s']:.2f} | {dense['flat_search_per_s']:.0f} | |")  # fmt: skip
     agreement = costs["late"].get("library_agreement")
     if agreement:
         lines.append(f"\nsentence-transformers' maxsim re-ranking embedkit's top 30: same top-10 order for "
