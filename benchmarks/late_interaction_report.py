@@ -3,6 +3,8 @@ benchmarks/late_interaction_scifact.py --table``)."""
 
 from __future__ import annotations
 
+from sparse_report import compare_table  # the same paired-test table
+
 TRANSFER = ("cranfield", "cisi", "medline", "cacm", "npl", "lisa")
 ARMS = ("bm25", "dense", "colbert", "colbert+pool2", "xtr", "rerank:bm25", "rerank:dense")
 
@@ -43,18 +45,6 @@ def transfer_table(results: dict) -> str:
         scores = results.get(name, {}).get("transfer")
         if scores:
             lines.append(f"| {name} | " + " | ".join(f"{scores[c]:.4f}" for c in (*TRANSFER, "mean")) + " |")
-    return "\n".join(lines)
-
-
-def compare_table(results: dict) -> str:
-    lines = ["| A | B | B - A | p | 95 % CI | wins / losses |", "| --- " * 6 + "|"]
-    for pair, tests in results.get("compare", {}).items():
-        a, b = pair.split(" vs ")
-        t = tests["ndcg_at_10"]
-        lines.append(
-            f"| {a} | {b} | {t['delta']:+.4f} | {t['randomization_p_value']:.4f} | "
-            f"[{t['bootstrap_ci_low']:+.4f}, {t['bootstrap_ci_high']:+.4f}] | {t['wins']} / {t['losses']} |"
-        )
     return "\n".join(lines)
 
 
