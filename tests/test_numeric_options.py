@@ -40,9 +40,12 @@ TIMEOUT = 180.0
 
 def numeric_options(verb: str) -> list[str]:
     cli._register()
-    for info in cli.app.registered_commands:
-        command = inspect.unwrap(info.callback)
-        if (info.name or command.__name__) == verb:
+    verbs = [(info.name, info.callback) for info in cli.app.registered_commands]
+    verbs += [(info.typer_instance.info.name, info.typer_instance.registered_callback.callback)
+              for info in cli.app.registered_groups if info.typer_instance.registered_callback]  # fmt: skip
+    for name, callback in verbs:
+        command = inspect.unwrap(callback)
+        if (name or command.__name__) == verb:
             signature = inspect.signature(command, eval_str=True)
             return [_flag_of(p) for p in signature.parameters.values() if _numeric(p.annotation)]
     raise AssertionError(f"no verb {verb}")

@@ -11,8 +11,11 @@ from embedkit.cli import options as opt
 
 
 def index(
-    embeddings: Annotated[Path, typer.Option("--embeddings", "-e", help="Folder written by 'embedkit encode'.")],
-    output: Annotated[Path, typer.Option("--output", "-o", help="Index folder to write.")],
+    ctx: typer.Context,
+    embeddings: Annotated[
+        Optional[Path], typer.Option("--embeddings", "-e", help="Folder written by 'embedkit encode'.")
+    ] = None,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Index folder to write.")] = None,
     factory: Annotated[
         Optional[str], typer.Option(help="FAISS index_factory string: Flat, IVF1024,Flat, HNSW32, ... [default: Flat]")
     ] = None,
@@ -54,8 +57,19 @@ def index(
 
     A sparse model's embeddings make a sparse index: [bold]embedkit index -e emb/splade -o idx/sp --sparse-index
     impact[/bold]; a multi-vector model's a late-interaction one: [bold]--late-index ivf --nprobe 16[/bold]
+
+    An index then takes changes: [bold]embedkit index add|upsert|delete|compact|check -i IDX ...[/bold]
     """
     from embedkit.errors import EmbedkitError
+
+    if ctx.invoked_subcommand is not None:  # 'embedkit index add ...': the options here are the build's
+        opt.refuse_unused({"--embeddings": embeddings, "--output": output}, f"with 'index {ctx.invoked_subcommand}'")
+        return
+    for flag, value in (("--embeddings", embeddings), ("--output", output)):
+        if value is None:
+            raise EmbedkitError(
+                "missing: give the embeddings folder to index and the index folder to write", field=flag
+            )
     from embedkit.outputs import check_output_folder, refuse_inside_other_output
 
     num_partitions = opt.renamed(num_partitions, num_shards, "--num-partitions", "--num-shards")
@@ -234,4 +248,10 @@ def _choose(folder, settings, budget, target_recall, ndcg_drop, dataset, split, 
 
 
 def register(app: typer.Typer) -> None:
-    app.command()(index)
+    from embedkit.cli import index_updates
+    from embedkit.cli.options import finite_numbers
+
+    group = typer.Typer(name="index", rich_markup_mode="rich")
+    group.callback(invoke_without_command=True)(finite_numbers(index))
+    index_updates.register(group)
+    app.add_typer(group)

@@ -25,6 +25,9 @@ def search(
     embeddings: Annotated[
         Optional[Path], typer.Option("--embeddings", "-e", help="Float vectors for --rescore (default: meta.json's).")
     ] = None,
+    metadata_filter: Annotated[
+        Optional[str], typer.Option("--filter", help="Only documents whose metadata match: 'year >= 2020 and ...'.")
+    ] = None,
     model: opt.Model = None,
     dtype: opt.Dtype = None,
     device: opt.Device = None,
@@ -66,7 +69,13 @@ def search(
         opt.refuse_unused(faiss, "with a sparse or exact multi-vector index")
         if nprobe is not None:
             late.set_search_params(nprobe=nprobe)
+    if sparse is not None:
+        opt.refuse_unused({"--filter": metadata_filter}, "with a sparse or multi-vector index")
     opened = sparse if sparse is not None else load_index(index)  # files checked before any model loads
+    if metadata_filter is not None:
+        if not hasattr(opened, "store"):
+            raise EmbedkitError("needs an index that takes updates (it has no store.sqlite)", field="--filter")
+        opened.store.matching_keys(metadata_filter, "--filter")  # a bad filter: one line, before the model loads
     if embeddings is not None:
         opened.attach_vectors(embeddings)
     if queries is not None:
@@ -100,6 +109,7 @@ def search(
         nprobe=nprobe,
         ef_search=ef_search,
         rescore=rescore,
+        filter=metadata_filter,
     )
     write_run(output, run)
     typer.echo(f"{len(run)} queries searched; run written to {output}")

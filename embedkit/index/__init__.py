@@ -7,6 +7,7 @@ from embedkit._lazy import lazy_exports
 _EXPORTS = {
     "BuildSettings": "embedkit.index.faiss_helpers",
     "Index": "embedkit.index.faiss_index",
+    "LiveIndex": "embedkit.index.live",
     "PartitionedIndex": "embedkit.index.partitioned",
     "ShardedIndex": "embedkit.index.partitioned",
     "Vectors": "embedkit.index.vectors",
@@ -16,6 +17,7 @@ _EXPORTS = {
 __all__ = [
     "BuildSettings",
     "Index",
+    "LiveIndex",
     "PartitionedIndex",
     "ShardedIndex",
     "Vectors",
@@ -28,5 +30,6 @@ if TYPE_CHECKING:
     from embedkit.index.factory_check import check_factory
     from embedkit.index.faiss_helpers import BuildSettings
     from embedkit.index.faiss_index import Index
+    from embedkit.index.live import LiveIndex
     from embedkit.index.partitioned import PartitionedIndex, ShardedIndex, load_index
     from embedkit.index.vectors import Vectors

@@ -26,6 +26,7 @@ from embedkit.index.faiss_helpers import (
 from embedkit.index.faiss_index import Index
 from embedkit.index.index_files import is_partitioned, read_meta
 from embedkit.index.ondisk import build_ondisk, check_ondisk_factory
+from embedkit.index.store import STORE
 from embedkit.index.vectors import Vectors
 from embedkit.outputs import replace_folder
 from embedkit.storage import write_json
@@ -157,7 +158,15 @@ def _padded(row: list[str], width: int) -> list[str | None]:
 def load_index(
     path: str | Path, use_gpu: bool = True, model_settings: dict[str, Any] | None = None
 ) -> Index | PartitionedIndex:
-    """Open any index folder: a partitioned one as ``PartitionedIndex``, else as ``Index`` (embedkit or pyserini)."""
+    """Open any index folder: a partitioned one as ``PartitionedIndex``, one with a store as ``LiveIndex`` (its
+    changes replayed), else as ``Index`` (embedkit or pyserini)."""
+    if (Path(path) / STORE).is_file():
+        from embedkit.index.live import LiveIndex
+
+        live = LiveIndex.load_live(path)
+        if model_settings is not None:
+            live.check_model(model_settings)
+        return live
     if is_partitioned(path):
         return PartitionedIndex.load(path, use_gpu=use_gpu, model_settings=model_settings)
     return Index.load(path, use_gpu=use_gpu, model_settings=model_settings)

@@ -34,14 +34,17 @@ def dense_search(
     nprobe: int | None = None,
     ef_search: int | None = None,
     rescore: int | None = None,
+    filter: str | None = None,
 ) -> Run:
-    """Top-``k`` documents per query; with ``ignore_identical_ids`` a hit whose id equals the query id is dropped
-    (BEIR's rule for ArguAna and Quora), searching one deeper so ``k`` hits remain. ``rescore=N`` re-ranks the
-    top ``k*N`` by exact float scores (see ``Index.search``)."""
+    """Top-``k`` documents per query (``filter``: a ``LiveIndex``'s metadata condition); with ``ignore_identical_ids``
+    a hit whose id equals the query id is dropped (BEIR's rule for ArguAna and Quora), searching one deeper so ``k``
+    hits remain. ``rescore=N`` re-ranks the top ``k*N`` by exact float scores (see ``Index.search``)."""
     query_ids = list(queries)
     vectors = model.encode_queries([queries[q] for q in query_ids])
     depth = k + 1 if ignore_identical_ids else k
     extra = {} if rescore is None else {"rescore": rescore}
+    if filter is not None:
+        extra["filter"] = filter
     scores, hits = index.search(vectors, depth, nprobe=nprobe, ef_search=ef_search, **extra)
     run: Run = {}
     for query_id, row_scores, row_ids in zip(query_ids, scores, hits):

@@ -46,7 +46,7 @@ class Engine:
         self.snippet_chars = snippet_chars
         self.index_path = None if index_path is None else str(Path(index_path).resolve())
         if dataset is not None:
-            missing = [doc_id for doc_id in index.ids if doc_id not in dataset.row_of]
+            missing = [doc_id for doc_id in index.ids if doc_id is not None and doc_id not in dataset.row_of]
             if missing:
                 raise EmbedkitError(
                     f"the index holds {len(missing)} document ids the corpus lacks (e.g. '{missing[0]}'): "

@@ -1,0 +1,298 @@
+"""``LiveIndex``: an index folder that takes adds, deletes and upserts, filters by metadata and survives a kill.
+
+The folder keeps pyserini's snapshot (``index``, ``docid``, ``meta.json``: every existing reader opens it as before)
+and gains ``store.sqlite`` (``embedkit.index.store``), the one source of truth for what changed since. Opening replays
+the store's rows after the snapshot onto the FAISS index; deletes are tombstones excluded by an ``IDSelector`` at
+search time, or removed in place where FAISS can do so without renumbering (an in-memory IVF). ``compact`` rebuilds
+the live documents into a new folder (snapshot and store) and swaps it in whole. Writers in any thread or process are
+serialised by the folder's ``output_lock``; a search sees the state before a change or after it, never a mix.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import faiss
+import numpy as np
+
+from embedkit.errors import EmbedkitError
+from embedkit.index.faiss_helpers import as_matrix, check_model_settings, check_whole
+from embedkit.index.faiss_index import Index
+from embedkit.index.index_files import read_index_folder
+from embedkit.index.search_params import current_search_param, unwrap
+from embedkit.index.store import STORE, Store, model_digest, text_sha256
+from embedkit.outputs import output_lock, recover
+from embedkit.validation import check_ids
+
+
+class LiveIndex(Index):
+    """An ``Index`` whose folder has a store: ``add``, ``delete``, ``upsert``, ``compact``, ``check`` and
+    ``search(..., filter=...)``. FAISS ids are the store's keys; ``ids[key]`` is ``None`` once deleted."""
+
+    path: Path
+    store: Store
+
+    @classmethod
+    def open(cls, path: str | Path, *, fields: dict[str, str] | None = None, vectors: Any = None) -> LiveIndex:
+        """Open an index folder for updates, making its store on first use (declaring the filterable ``fields``
+        and copying the snapshot's float vectors: ``vectors``, meta.json's embeddings folder, or FAISS's own)."""
+        path = Path(path).absolute()
+        if not (path / STORE).is_file():
+            with output_lock(path):
+                recover(path)
+                if not (path / STORE).is_file():
+                    _make_store(path, fields or {}, vectors)
+        live = cls.load_live(path)
+        if fields is not None and fields != live.store.fields:
+            raise EmbedkitError("the store was made with other filterable fields", path=path / STORE, field="fields")
+        return live
+
+    @classmethod
+    def load_live(cls, path: str | Path) -> LiveIndex:
+        """Open a folder that has a store (read-only until a write), replaying the store onto the snapshot."""
+        path = Path(path).absolute()
+        for _ in range(3):  # a compaction may swap the folder between reading the snapshot and the store
+            store = Store(path / STORE)
+            index, ids, meta = read_index_folder(path)
+            if store.snapshot_count == len(ids) and store.inode == (path / STORE).stat().st_ino:
+                break
+            store.close()
+        else:
+            raise EmbedkitError("the snapshot and the store disagree; run 'embedkit index check'", path=path)
+        if meta.get("on_disk") or meta.get("binary"):
+            raise EmbedkitError("updates need an in-memory float index, not an on-disk or binary one", path=path)
+        live = cls(index, list(ids), meta)
+        live.folder, live.path, live.store = path, path, store
+        live._lock, live._torch = threading.RLock(), False
+        live.dead = set()
+        live.in_place = faiss.try_extract_index_ivf(index) is not None
+        live.next_key, live.version, live.live_count = len(ids), 0, len(ids)
+        if live.search_params:
+            live.set_search_params(live.search_params.get("nprobe"), live.search_params.get("efSearch"))
+        live._replay(store.snapshot_count)
+        return live
+
+    def __len__(self) -> int:
+        return self.live_count
+
+    # --- reading changes -------------------------------------------------------------------------------------------
+
+    def refresh(self) -> None:
+        """Apply what other writers committed since this object last looked (a compaction: reopen)."""
+        with self._lock:
+            try:
+                swapped = (self.path / STORE).stat().st_ino != self.store.inode
+            except FileNotFoundError:
+                return  # mid-swap on a system without an atomic exchange: the next look finds it
+            if swapped:
+                fresh = LiveIndex.load_live(self.path)
+                self.store.close()
+                lock = self._lock
+                self.__dict__.update(fresh.__dict__)
+                self._lock = lock
+            elif self.store.version() != self.version:
+                self._replay(self.next_key)
+
+    def _replay(self, first_key: int) -> None:
+        """Add the store's rows from ``first_key`` and apply deletes newer than ``self.version``, all read in one
+        transaction (one consistent state, whatever other writers commit meanwhile)."""
+        with self.store.reading():
+            version = self.store.version()
+            rows = self.store.rows_from(first_key)
+            deleted = self.store.deleted_after(self.version)
+        if rows:
+            keys = np.array([row[0] for row in rows], dtype=np.int64)
+            if keys[0] != self.next_key or keys[-1] != self.next_key + len(keys) - 1:
+                raise EmbedkitError("the store's keys have a gap; run 'embedkit index check'", path=self.store.path)
+            vectors = np.stack([row[2] for row in rows])
+            if self.in_place:
+                self.faiss_index.add_with_ids(vectors, keys)
+            else:
+                self.faiss_index.add(vectors)
+            self.ids.extend(row[1] for row in rows)
+            self.next_key += len(rows)
+            self.live_count += len(rows)
+        deleted = [key for key in deleted if key < self.next_key and self.ids[key] is not None]
+        if deleted:
+            if self.in_place:
+                self.faiss_index.remove_ids(faiss.IDSelectorBatch(np.array(deleted, dtype=np.int64)))
+            else:
+                self.dead.update(deleted)
+            for key in deleted:
+                self.ids[key] = None
+            self.live_count -= len(deleted)
+        self.version = version
+
+    # --- writing ---------------------------------------------------------------------------------------------------
+
+    def add(self, ids: Any, vectors: Any = None, *, texts: Any = None, metadata: Any = None, model: Any = None,
+            model_settings: dict[str, Any] | None = None) -> int:  # fmt: skip
+        """Add new documents (an id already in the index is refused: use ``upsert``); returns the version.
+
+        Give their ``vectors``, or ``texts`` and the ``model`` that encoded the index (its settings are checked
+        against meta.json's); ``metadata`` is one JSON object (or ``None``) per document.
+        """
+        return self._write(ids, vectors, texts, metadata, model, model_settings, replace=False)
+
+    def upsert(self, ids: Any, vectors: Any = None, *, texts: Any = None, metadata: Any = None, model: Any = None,
+               model_settings: dict[str, Any] | None = None) -> int:  # fmt: skip
+        """``add``, replacing documents whose ids are already in the index (in one transaction)."""
+        return self._write(ids, vectors, texts, metadata, model, model_settings, replace=True)
+
+    def delete(self, ids: Any) -> int:
+        """Delete documents by id (an id not in the index is refused); returns the version."""
+        ids = check_ids(ids, "ids")
+        with output_lock(self.path), self._lock:  # searches wait for the transaction, not for anything before it
+            self.refresh()
+            with self.store.transaction() as version:
+                found = self.store.live_keys_of(ids)
+                missing = [doc_id for doc_id in ids if doc_id not in found]
+                if missing:
+                    raise EmbedkitError(f"document '{missing[0]}' is not in the index", path=self.path, field="ids")
+                self.store.delete(list(found.values()), version)
+            self.refresh()
+        return version
+
+    def _write(self, ids, vectors, texts, metadata, model, model_settings, *, replace: bool) -> int:
+        ids = check_ids(ids, "ids")
+        if model is not None:
+            model_settings = model.settings
+        if model_settings is not None and self.meta.get("model"):
+            check_model_settings(self.meta["model"], model_settings)
+        hashes: list[str | None] = [None] * len(ids)
+        if texts is not None:
+            if len(texts) != len(ids) or not all(isinstance(text, str) for text in texts):
+                raise EmbedkitError(f"{len(ids)} ids need as many texts (strings)", field="texts")
+            hashes = [text_sha256(text) for text in texts]
+            if vectors is None:
+                if model is None:
+                    raise EmbedkitError("texts without vectors need the model that encoded the index", field="model")
+                vectors = model.encode_documents(list(texts))
+        if vectors is None:
+            raise EmbedkitError("give the documents' vectors, or their texts and the model", field="vectors")
+        vectors = as_matrix(vectors, "vectors")
+        if vectors.shape != (len(ids), self.dim):
+            raise EmbedkitError(f"{len(ids)} ids need {len(ids)} x {self.dim} vectors, not {vectors.shape}")
+        if not np.isfinite(vectors).all():
+            raise EmbedkitError("a vector holds NaN or infinity", field="vectors")
+        metadata = [None] * len(ids) if metadata is None else list(metadata)
+        if len(metadata) != len(ids) or not all(meta is None or isinstance(meta, dict) for meta in metadata):
+            raise EmbedkitError(f"{len(ids)} ids need as many metadata objects (or None)", field="metadata")
+        with output_lock(self.path), self._lock:
+            self.refresh()
+            with self.store.transaction() as version:
+                found = self.store.live_keys_of(ids)
+                if found and not replace:
+                    first = next(doc_id for doc_id in ids if doc_id in found)
+                    raise EmbedkitError(f"document '{first}' is already in the index; use upsert", field="ids")
+                self.store.delete(list(found.values()), version)
+                digest = model_digest(model_settings or self.meta.get("model"))
+                self.store.insert(version, ids, vectors, metadata, hashes, digest)
+            self.refresh()
+        return version
+
+    # --- search ----------------------------------------------------------------------------------------------------
+
+    def search(self, queries: np.ndarray, k: int = 10, *, filter: str | None = None, **options: Any):
+        """``Index.search``, with an optional metadata ``filter`` applied before the top-``k``."""
+        with self._lock:  # the ids of the state searched, not of a change committed since
+            scores, rows = self.search_rows(queries, k, filter=filter, **options)
+            return scores, [[self.ids[j] for j in row if j >= 0] for row in rows]
+
+    def search_rows(self, queries: np.ndarray, k: int = 10, *, filter: str | None = None, nprobe: int | None = None,
+                    ef_search: int | None = None, rescore: int | None = None, batch_size: int = 4096):  # fmt: skip
+        """Top-``k`` scores and keys; with ``filter``, only live documents matching it, ``k`` whenever ``k`` match
+        (an approximate search that finds fewer falls back to exact search over the matching documents)."""
+        if rescore or self.search_params.get("rescore"):
+            raise EmbedkitError("rescoring is not available on an index that takes updates", field="rescore")
+        queries = as_matrix(queries, "queries")
+        if queries.shape[1] != self.dim:
+            raise EmbedkitError(f"query dimension {queries.shape[1]} does not match the index's {self.dim}")
+        k = check_whole(k, "k", 1, maximum=None)
+        self.refresh()
+        with self._lock, self._temporary({"nprobe": nprobe, "efSearch": ef_search}):
+            allowed = None if filter is None else self.store.matching_keys(filter)
+            k = min(k, len(self) if allowed is None else len(allowed))
+            if allowed is None and not self.dead:
+                selector = None
+            elif allowed is None:
+                selector = faiss.IDSelectorNot(faiss.IDSelectorBatch(np.fromiter(self.dead, dtype=np.int64)))
+            else:
+                selector = faiss.IDSelectorBatch(allowed)
+            params = self._params(selector)
+            scores = np.empty((len(queries), k), dtype=np.float32)
+            keys = np.full((len(queries), k), -1, dtype=np.int64)
+            for start in range(0, len(queries), batch_size):
+                batch = queries[start : start + batch_size]
+                found, rows = self.faiss_index.search(batch, k, params=params) if k else (scores[:0], keys[:0])
+                if allowed is not None and k and (rows < 0).any():
+                    found, rows = _exact(batch, self.store.vectors_of(allowed), allowed, k, self.metric)
+                scores[start : start + len(batch)], keys[start : start + len(batch)] = found, rows
+        return scores, keys
+
+    def _params(self, selector: Any) -> Any:
+        """FAISS search parameters carrying ``selector`` and the index's current nprobe / efSearch."""
+        if selector is None:
+            return None
+        if faiss.try_extract_index_ivf(self.faiss_index) is not None:
+            return faiss.SearchParametersIVF(sel=selector, nprobe=current_search_param(self.faiss_index, "nprobe"))
+        if hasattr(unwrap(self.faiss_index), "hnsw"):
+            return faiss.SearchParametersHNSW(sel=selector, efSearch=current_search_param(self.faiss_index, "efSearch"))
+        return faiss.SearchParameters(sel=selector)
+
+    def document(self, doc_id: str) -> dict[str, Any] | None:
+        """The stored record of a live document (key, text hash, model, time added, metadata), else ``None``."""
+        self.refresh()
+        with self._lock:
+            return self.store.document(doc_id)
+
+    # --- compaction and checks -------------------------------------------------------------------------------------
+
+    def compact(self) -> dict[str, Any]:
+        """Rebuild the live documents into a new snapshot and store, swapped in whole; returns meta's record."""
+        from embedkit.index.live_check import compact_folder
+
+        with output_lock(self.path):
+            self.refresh()
+            record = compact_folder(self)
+            self.refresh()
+        return record
+
+    def check(self) -> dict[str, Any]:
+        """Whether the store, the snapshot and the vectors agree (``embedkit index check``)."""
+        from embedkit.index.live_check import check_folder
+
+        self.refresh()
+        with self._lock:
+            return check_folder(self)
+
+
+def _exact(queries: np.ndarray, vectors: np.ndarray, keys: np.ndarray, k: int, metric: str):
+    """FAISS's exact search over ``vectors`` (whose keys are ``keys``), as keys."""
+    flat = faiss.IndexFlatIP(vectors.shape[1]) if metric == "ip" else faiss.IndexFlatL2(vectors.shape[1])
+    flat.add(vectors)
+    scores, rows = flat.search(queries, k)
+    return scores, np.where(rows >= 0, keys[np.maximum(rows, 0)], -1)
+
+
+def _make_store(path: Path, fields: dict[str, str], vectors: Any) -> None:
+    """The first store of a snapshot: its ids and their float vectors (exact, never a lossy reconstruction)."""
+    snapshot = Index.load(path, use_gpu=False)
+    if snapshot.meta.get("on_disk") or snapshot.binary:
+        raise EmbedkitError("updates need an in-memory float index, not an on-disk or binary one", path=path)
+    if vectors is not None or (snapshot.meta.get("vectors") or {}).get("path"):
+        if vectors is not None:
+            snapshot.attach_vectors(vectors)
+        batches = snapshot.vectors.batches(0, len(snapshot), 100_000)
+        floats = np.concatenate([np.asarray(batch, dtype=np.float32) for _, batch in batches])
+    elif isinstance(unwrap(snapshot.faiss_index), (faiss.IndexFlat, faiss.IndexHNSWFlat, faiss.IndexIVFFlat)):
+        copy = faiss.clone_index(snapshot.faiss_index)
+        if isinstance(unwrap(copy), faiss.IndexIVFFlat):
+            faiss.extract_index_ivf(copy).make_direct_map()
+        floats = copy.reconstruct_n(0, len(snapshot))
+    else:
+        raise EmbedkitError("the index keeps no exact vectors: give its embeddings folder (vectors=, --embeddings)")
+    Store.create(path / STORE, fields=fields, dim=snapshot.dim, snapshot_ids=snapshot.ids, vectors=floats,
+                 model=snapshot.meta.get("model"))  # fmt: skip

@@ -1,0 +1,102 @@
+"""Compaction and the consistency check of a ``LiveIndex`` folder (``embedkit index compact`` / ``check``)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+import faiss
+import numpy as np
+
+from embedkit.errors import EmbedkitError
+from embedkit.index.faiss_helpers import BuildSettings, new_index
+from embedkit.index.faiss_index import Index
+from embedkit.index.index_files import read_index_folder
+from embedkit.index.search_params import unwrap
+from embedkit.index.store import STORE, Store
+from embedkit.index.vectors import Vectors
+from embedkit.outputs import replace_folder
+
+if TYPE_CHECKING:
+    from embedkit.index.live import LiveIndex
+
+
+def compact_folder(live: LiveIndex) -> dict[str, Any]:
+    """Build the live documents (in key order) into a new snapshot with the index's factory, reusing its trained
+    quantizer, and a store renumbered to match; swap the folder in whole. Called holding the folder's lock."""
+    keys, ids, _ = live.store.live()
+    if not len(keys):
+        raise EmbedkitError("every document is deleted; a compaction would leave an empty index", path=live.path)
+    meta = live.meta
+    factory = meta.get("factory") or ("Flat" if isinstance(unwrap(live.faiss_index), faiss.IndexFlat) else None)
+    if factory is None:
+        raise EmbedkitError("meta.json does not say the index's factory, so it cannot be rebuilt", path=live.path)
+    params = meta.get("search_params") or {}
+    settings = BuildSettings(
+        factory, live.metric, use_gpu=False, seed=int(meta.get("seed") or 0),
+        nprobe=params.get("nprobe"), ef_search=params.get("efSearch"),
+    )  # fmt: skip
+    trained = None
+    if not new_index(live.dim, factory, live.metric).is_trained:
+        empty = faiss.clone_index(live.faiss_index)
+        empty.reset()
+        trained = (empty, int(meta.get("trained_on") or 0))
+    vectors = live.store.vectors_of(keys)
+    built = Index.from_vectors(Vectors.of(vectors, ids, meta.get("model")), settings, trained=trained)
+    built.meta.update({name: meta[name] for name in ("search_params", "exact_search") if name in meta})
+    version = live.store.version()
+    record = {
+        "at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "documents": len(keys),
+        "removed": live.next_key - len(keys),
+        "version": version,
+    }
+    built.meta["compaction"] = record
+    with replace_folder(live.path, "index", overwrite=True) as new:
+        built.write_files(new, live.path)
+        Store.create(
+            new / STORE, fields=live.store.fields, dim=live.dim, snapshot_ids=ids, vectors=None,
+            model=live.store.setting("model"), version=version, live_of=live.store,
+        )  # fmt: skip
+    return record
+
+
+def check_folder(live: LiveIndex) -> dict[str, Any]:
+    """What disagrees between the store, the snapshot files and the vectors searched; ``ok`` when nothing does."""
+    problems: list[str] = []
+    store, sql = live.store, live.store.connection
+    integrity = store.integrity()
+    if integrity != "ok":
+        problems.append(f"SQLite integrity check: {integrity}")
+    try:
+        snapshot, snapshot_ids, _ = read_index_folder(live.path)
+    except EmbedkitError as err:
+        return {"ok": False, "problems": [*problems, str(err)]}
+    if store.snapshot_count != len(snapshot_ids):
+        problems.append(f"the store's snapshot has {store.snapshot_count} documents, 'docid' {len(snapshot_ids)}")
+    rows = sql.execute("SELECT key, id, deleted_version IS NOT NULL FROM documents ORDER BY key").fetchall()
+    if [row[0] for row in rows] != list(range(len(rows))):
+        problems.append("the store's keys are not 0, 1, 2, ... (a gap or a repeat)")
+    if [row[1] for row in rows[: len(snapshot_ids)]] != snapshot_ids:
+        problems.append("the store's first rows are not the snapshot's ids in order")
+    if len(rows) != live.next_key or any((live.ids[key] is None) != bool(gone) for key, _, gone in rows):
+        problems.append("the searched ids differ from the store's live documents")
+    live_ids = [row[1] for row in rows if not row[2]]
+    if len(set(live_ids)) != len(live_ids):
+        problems.append("an id is live twice")
+    expected = len(live_ids) if live.in_place else len(rows)
+    if live.faiss_index.ntotal != expected:
+        problems.append(f"FAISS holds {live.faiss_index.ntotal} vectors, the store says {expected}")
+    if isinstance(unwrap(snapshot), (faiss.IndexFlat, faiss.IndexHNSWFlat)) and len(snapshot_ids):
+        stored = store.vectors_of(np.arange(len(snapshot_ids), dtype=np.int64))
+        if not np.array_equal(stored, snapshot.reconstruct_n(0, len(snapshot_ids))):
+            problems.append("the snapshot's vectors differ from the store's")
+    return {
+        "ok": not problems,
+        "documents": len(live_ids),
+        "tombstones": len(live.dead),
+        "version": live.version,
+        "snapshot_documents": len(snapshot_ids),
+        "compaction": live.meta.get("compaction"),
+        "problems": problems,
+    }

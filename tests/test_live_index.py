@@ -1,0 +1,170 @@
+"""An index that lives: random adds, deletes and upserts equal a rebuild, filters equal exact search over the matching
+documents, and the store and the vectors agree after each change (real SciFact vectors of the default model)."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from embedkit.errors import EmbedkitError
+from embedkit.index import Index
+from embedkit.index.filters import compile_filter
+from embedkit.index.live import LiveIndex
+
+CUT = 1500  # documents in the first snapshot
+POOL = 4000  # the changes draw new vectors from documents CUT .. POOL - 1, each used once
+FIELDS = {"bucket": "int", "source": "text", "score": "real"}
+
+
+@pytest.fixture(scope="module")
+def vectors(scifact_embeddings):
+    return np.asarray(scifact_embeddings.embeddings(), dtype=np.float32), scifact_embeddings.ids()
+
+
+def _metadata(i: int) -> dict:
+    return {"bucket": i % 1000, "source": ("pubmed", "arxiv", "web")[i % 3], "score": (i % 97) / 97}
+
+
+def random_changes(live: LiveIndex, vectors: np.ndarray, ids: list[str], steps: int, seed: int) -> dict[str, int]:
+    """``steps`` seeded adds, deletes and upserts (1 to 5 documents each); returns the final id -> vector row."""
+    rng = random.Random(seed)
+    state = {ids[i]: i for i in range(CUT)}
+    fresh = list(range(CUT, POOL))
+    for step in range(steps):
+        kind = rng.choice(("add", "delete", "upsert"))
+        if kind == "add" and fresh:
+            rows = [fresh.pop() for _ in range(min(len(fresh), rng.randint(1, 5)))]
+            live.add([ids[r] for r in rows], vectors[rows], metadata=[_metadata(r) for r in rows])
+            state.update({ids[r]: r for r in rows})
+        elif kind == "delete" and len(state) > 10:
+            gone = rng.sample(sorted(state), rng.randint(1, 3))
+            live.delete(gone)
+            for doc_id in gone:
+                del state[doc_id]
+        elif kind == "upsert" and len(fresh) >= 3:
+            targets = rng.sample(sorted(state), rng.randint(1, 3))
+            rows = [fresh.pop() for _ in targets]  # an existing id takes an unused document's vector (no ties)
+            live.upsert(targets, vectors[rows], metadata=[_metadata(r) for r in rows])
+            state.update(dict(zip(targets, rows, strict=True)))
+        if step == steps // 2:
+            live.compact()
+    return state
+
+
+def test_a_thousand_random_changes_equal_a_rebuild(vectors, tmp_path):
+    matrix, ids = vectors
+    Index.build(matrix[:CUT], ids[:CUT], "Flat", use_gpu=False).save(tmp_path / "idx")
+    live = LiveIndex.open(tmp_path / "idx", fields=FIELDS)
+    state = random_changes(live, matrix, ids, 1000, seed=7)
+    final_ids = sorted(state)
+    rebuilt = Index.build(matrix[[state[i] for i in final_ids]], final_ids, "Flat", use_gpu=False)
+    queries = matrix[4000:4100]
+    for searched in (live, LiveIndex.load_live(tmp_path / "idx")):  # in memory, and replayed from disk
+        assert len(searched) == len(final_ids)
+        scores, hits = searched.search(queries, 10)
+        expected_scores, expected_hits = rebuilt.search(queries, 10)
+        assert hits == expected_hits
+        np.testing.assert_allclose(scores, expected_scores, atol=1e-6)
+        report = searched.check()
+        assert report["ok"], report["problems"]
+        assert report["documents"] == len(final_ids) and report["compaction"]["version"] > 0
+
+
+SELECTIVITY = [
+    ("bucket < 500", lambda meta: meta["bucket"] < 500, 0.5),
+    ("bucket < 50 and source in ['pubmed', 'arxiv', 'web']", lambda meta: meta["bucket"] < 50, 0.05),
+    ("not (bucket != 7)", lambda meta: meta["bucket"] == 7, 0.001),
+]
+
+
+@pytest.mark.parametrize("expression,keeps,share", SELECTIVITY)
+def test_a_filter_equals_exact_search_over_the_matching_documents(vectors, tmp_path, expression, keeps, share):
+    matrix, ids = vectors
+    Index.build(matrix[:1000], ids[:1000], "Flat", use_gpu=False).save(tmp_path / "idx")
+    live = LiveIndex.open(tmp_path / "idx", fields=FIELDS)
+    live.upsert(ids[:2000], matrix[:2000], metadata=[_metadata(i) for i in range(2000)])  # metadata for all
+    keep = [i for i in range(2000) if keeps(_metadata(i))]
+    assert len(keep) == round(2000 * share)
+    exact = Index.build(matrix[keep], [ids[i] for i in keep], "Flat", use_gpu=False)
+    queries = matrix[4000:4050]
+    scores, hits = live.search(queries, 10, filter=expression)
+    expected_scores, expected_hits = exact.search(queries, 10)
+    assert hits == expected_hits and all(len(row) == min(10, len(keep)) for row in hits)
+    np.testing.assert_allclose(scores, expected_scores, atol=1e-6)
+
+
+def test_an_approximate_index_still_returns_k_when_k_match(vectors, tmp_path):
+    matrix, ids = vectors
+    Index.build(matrix[:2000], ids[:2000], "IVF32,Flat", use_gpu=False, nprobe=1).save(tmp_path / "idx")
+    live = LiveIndex.open(tmp_path / "idx", fields=FIELDS)
+    live.upsert(ids[:2000], matrix[:2000], metadata=[_metadata(i) for i in range(2000)])
+    live.delete(ids[:5])
+    _, hits = live.search(matrix[4000:4020], 10, filter="bucket in [1, 2, 3] or bucket < 30 and not source == 'web'")
+    keep = {ids[i] for i in range(5, 2000) if i % 1000 in (1, 2, 3) or (i % 1000 < 30 and i % 3 != 2)}
+    assert len(keep) > 10 and all(len(row) == 10 and set(row) <= keep for row in hits)
+    assert live.check()["ok"]
+
+
+def test_updates_are_refused_where_they_would_lose_or_mix_data(vectors, tmp_path):
+    matrix, ids = vectors
+    Index.build(matrix[:100], ids[:100], "Flat", use_gpu=False, model_settings={"model": "m"}).save(tmp_path / "idx")
+    live = LiveIndex.open(tmp_path / "idx", fields=FIELDS)
+    cases = [
+        (lambda: live.add(ids[:1], matrix[:1]), "already in the index; use upsert"),
+        (lambda: live.delete(["no-such-doc"]), "'no-such-doc' is not in the index"),
+        (lambda: live.add(["x"], matrix[:1], model_settings={"model": "other"}), "another model"),
+        (lambda: live.add(["x"], matrix[:1], metadata=[{"bucket": "7"}]), "is not an int"),
+        (lambda: live.add(["x"], matrix[:1, :5]), "vectors"),
+        (lambda: live.search(matrix[:1], 5, filter="year > 1"), "not a filterable field"),
+        (lambda: LiveIndex.open(tmp_path / "idx", fields={"other": "int"}), "other filterable fields"),
+    ]
+    for call, message in cases:
+        with pytest.raises(EmbedkitError, match=message):
+            call()
+    assert len(live) == 100 and live.check()["ok"] and live.version == 0  # nothing was half-written
+    live.add(["x"], matrix[:1], model_settings={"model": "m"}, metadata=[{"bucket": 3}])
+    assert live.document("x")["metadata"] == {"bucket": 3} and live.document(ids[0])["key"] == 0
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=60))
+def test_any_filter_text_is_sql_or_one_line_error(text):
+    try:
+        sql, params = compile_filter(text, FIELDS)
+    except EmbedkitError as err:
+        assert "\n" not in str(err) and "--filter" in str(err)
+    else:
+        assert sql.count("?") == len(params)
+
+
+def test_searches_during_writes_see_the_state_before_or_after_each_change(vectors, tmp_path):
+    import threading
+
+    matrix, ids = vectors
+    Index.build(matrix[:500], ids[:500], "Flat", use_gpu=False).save(tmp_path / "idx")
+    live = LiveIndex.open(tmp_path / "idx")
+    group = [f"g{i}" for i in range(20)]
+    rows = np.random.default_rng(0).standard_normal((20, matrix.shape[1])).astype(np.float32)
+    rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+    live.add(group, rows)
+    query = rows.sum(axis=0, keepdims=True)  # the group's 20 vectors score highest; flipped, they score lowest
+    done, seen = threading.Event(), []
+
+    def search() -> None:
+        while not done.is_set():
+            hits = live.search(query, 20)[1][0]
+            seen.append(len(set(hits) & set(group)) if len(set(hits) - {None}) == 20 else -1)  # -1: a hole
+
+    readers = [threading.Thread(target=search) for _ in range(2)]
+    for reader in readers:
+        reader.start()
+    for flip in range(200):  # each upsert replaces all 20 vectors in one change
+        live.upsert(group, rows if flip % 2 else -rows)
+    done.set()
+    for reader in readers:
+        reader.join()
+    assert len(seen) > 10 and set(seen) <= {0, 20}, sorted(set(seen))
