@@ -161,6 +161,7 @@ def test_search_equals_the_library(server, subset, default_model, queries, expec
         "count": 150,
         "dim": 384,
         "search_params": {},
+        "fields": {},  # no store: nothing to filter by
     }
     assert health["model"]["model"] == default_model.name and health["model"]["dim"] == 384
     assert health["dataset"]["name"] == subset.name
@@ -352,44 +353,49 @@ READ_HITS = """JSON.stringify([...document.querySelectorAll('#results li.hit')].
   snippet: (li.querySelector('.snippet') || {}).textContent || ''})))"""
 
 
-@pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="no /usr/bin/chromium (make test installs Debian's)")
-def test_search_page_in_headless_chromium(server, queries, tmp_path):
+@contextmanager
+def chromium_page(url: str, tmp_path: Path) -> Iterator[Devtools]:
+    """A headless Chromium showing ``url``, driven over the DevTools protocol; closed when the block ends."""
     from websockets.sync.client import connect
 
     profile = tmp_path / "profile"
     flags = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"]
     flags += ["--disable-component-update", "--disable-sync", "--remote-debugging-port=0", "--window-size=1000,1100"]
     with open(tmp_path / "chromium.log", "wb") as log:
-        browser = subprocess.Popen(
-            [CHROMIUM, *flags, f"--user-data-dir={profile}", server.url + "/"], stdout=log, stderr=log
-        )
+        browser = subprocess.Popen([CHROMIUM, *flags, f"--user-data-dir={profile}", url], stdout=log, stderr=log)
     try:
         port_file = profile / "DevToolsActivePort"
         deadline = time.monotonic() + 60
         while not (port_file.is_file() and port_file.read_text().strip()):
-            assert browser.poll() is None and time.monotonic() < deadline, (tmp_path / "chromium.log").read_text()[
-                -2000:
-            ]
+            log_tail = (tmp_path / "chromium.log").read_text()[-2000:]
+            assert browser.poll() is None and time.monotonic() < deadline, log_tail
             time.sleep(0.1)
         port = port_file.read_text().split()[0]
         pages = [t for t in httpx.get(f"http://127.0.0.1:{port}/json/list", timeout=10).json() if t["type"] == "page"]
         with connect(pages[0]["webSocketDebuggerUrl"], max_size=None, open_timeout=30) as socket:
             page = Devtools(socket)
-            about = "document.getElementById('about').textContent"
-            page.wait_for(f"document.readyState === 'complete' && !{about}.includes('loading')")
-            assert "150 documents" in page.evaluate(about)
-            page.evaluate("document.getElementById('q').focus()")
-            page.type(queries[3])
-            assert page.evaluate("document.getElementById('q').value") == queries[3]
-            page.press_enter()
-            page.wait_for(f"document.getElementById('status').dataset.query === {json.dumps(queries[3])}")
-            shown = json.loads(page.evaluate(READ_HITS))
-            shot = tmp_path / "serve-page.png"
-            shot.write_bytes(base64.b64decode(page("Page.captureScreenshot", format="png")["data"]))
-            print(f"search page screenshot: {shot}")
+            page.wait_for("document.readyState === 'complete' && !document.getElementById('about').textContent"
+                          ".includes('loading')")  # fmt: skip
+            yield page
     finally:
         browser.terminate()
         browser.wait(timeout=30)
+
+
+@pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="no /usr/bin/chromium (make test installs Debian's)")
+def test_search_page_in_headless_chromium(server, queries, tmp_path):
+    with chromium_page(server.url + "/", tmp_path) as page:
+        about = "document.getElementById('about').textContent"
+        assert "150 documents" in page.evaluate(about)
+        page.evaluate("document.getElementById('q').focus()")
+        page.type(queries[3])
+        assert page.evaluate("document.getElementById('q').value") == queries[3]
+        page.press_enter()
+        page.wait_for(f"document.getElementById('status').dataset.query === {json.dumps(queries[3])}")
+        shown = json.loads(page.evaluate(READ_HITS))
+        shot = tmp_path / "serve-page.png"
+        shot.write_bytes(base64.b64decode(page("Page.captureScreenshot", format="png")["data"]))
+        print(f"search page screenshot: {shot}")
     api = server.post("/search", {"queries": [queries[3]], "k": 10}).json()["results"][0]["hits"]
     assert [hit["id"] for hit in shown] == [hit["id"] for hit in api]
     assert [hit["title"] for hit in shown] == [hit["title"] or hit["id"] for hit in api]

@@ -41,7 +41,7 @@ def parse_fields(text: str, flag: str = "--fields") -> dict[str, str]:
     return check_fields(fields, flag)
 
 
-def check_value(value: Any, kind: str, where: str) -> Any:
+def check_value(value: Any, kind: str, where: str, field: str | None = None) -> Any:
     """A metadata value for a field of type ``kind`` (``None``: absent); a wrong type is refused, never coerced."""
     if value is None:
         return None
@@ -51,7 +51,7 @@ def check_value(value: Any, kind: str, where: str) -> Any:
         "text": isinstance(value, str),
     }[kind]
     if not ok:
-        raise EmbedkitError(f"{where}: {value!r} is not {'an' if kind == 'int' else 'a'} {kind}")
+        raise EmbedkitError(f"{where}: {value!r} is not {'an' if kind == 'int' else 'a'} {kind}", field=field)
     return float(value) if kind == "real" else value
 
 

@@ -258,7 +258,7 @@ class Store:
         rows = []
         for offset, (doc_id, vector, meta, digest) in enumerate(zip(ids, vectors, metadata, hashes, strict=True)):
             meta = meta or {}
-            typed = [check_value(meta.get(name), self.fields[name], f"document '{doc_id}' field '{name}'")
+            typed = [check_value(meta.get(name), self.fields[name], f"document '{doc_id}' field '{name}'", "metadata")
                      for name in names]  # fmt: skip
             blob = np.ascontiguousarray(vector, dtype=np.float32).tobytes()
             text = json.dumps(meta, sort_keys=True) if meta else None

@@ -1,4 +1,5 @@
-"""The FastAPI app of ``embedkit serve``: /search, an OpenAI-compatible /v1/embeddings, /health and a search page.
+"""The FastAPI app of ``embedkit serve``: /search, an OpenAI-compatible /v1/embeddings, /health, /documents and a
+search page.
 
 Requests are checked here (``bodies``: sizes, counts, texts, ``k``) and answered by the ``Engine`` through the
 ``MicroBatcher``, so concurrent clients share encoder calls. ``serve`` runs it under uvicorn in this process.
@@ -6,8 +7,10 @@ Requests are checked here (``bodies``: sizes, counts, texts, ``k``) and answered
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from importlib import resources
 from typing import Any
@@ -19,6 +22,7 @@ from embedkit.multivector import TokenRows
 from embedkit.serving import bodies
 from embedkit.serving.batcher import MicroBatcher, WorkFailed
 from embedkit.serving.bodies import EmbeddingsRequest, SearchRequest
+from embedkit.serving.documents import Documents, DocumentsRequest, check_filter
 from embedkit.serving.engine import Engine
 from embedkit.serving.errors import BodyLimit, RequestError, install_error_handlers
 from embedkit.serving.settings import ServeSettings, is_loopback
@@ -30,12 +34,18 @@ def create_app(engine: Engine, settings: ServeSettings) -> FastAPI:
     batcher = MicroBatcher(engine.process, settings.max_batch, settings.max_wait_ms)
     page = resources.files("embedkit.serving").joinpath("page.html").read_text(encoding="utf-8")
     model_name = engine.model.name
+    documents = Documents(engine, engine.index_path)
+    writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embedkit-writes")  # writes one at a time
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         await batcher.start()
         yield
         await batcher.stop()
+        writer.shutdown(wait=True)
+
+    async def on_writer(function, *args) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(writer, function, *args)
 
     # no /docs or /redoc: their pages load scripts from a CDN; the schema stays at /openapi.json
     app = FastAPI(title="embedkit", lifespan=lifespan, docs_url=None, redoc_url=None)
@@ -61,9 +71,25 @@ def create_app(engine: Engine, settings: ServeSettings) -> FastAPI:
     async def search(request: SearchRequest) -> JSONResponse:
         queries, names = bodies.texts(request.queries, "queries", settings.max_queries)
         k = bodies.whole_number(request.k, "k", settings.max_k, "--max-k")
-        hits = await answer(queries, k, names, "queries")
+        expression = check_filter(engine, request.filter)
+        if expression is None:
+            hits = await answer(queries, k, names, "queries")
+        else:  # hits that depend on the filter: this request's texts alone, beside the batcher
+            hits = await asyncio.to_thread(engine.search_filtered, queries, k, expression)
         results = [{"query": query, "hits": found} for query, found in zip(queries, hits)]
         return JSONResponse({"model": model_name, "k": k, "results": results})
+
+    @app.post("/documents")
+    async def add_documents(request: DocumentsRequest) -> JSONResponse:
+        return JSONResponse(await on_writer(documents.write, request, settings.max_queries))
+
+    @app.delete("/documents/{doc_id}")
+    async def delete_document(doc_id: str) -> JSONResponse:
+        return JSONResponse(await on_writer(documents.delete, doc_id))
+
+    @app.get("/documents/{doc_id}")
+    async def get_document(doc_id: str) -> JSONResponse:
+        return JSONResponse(await asyncio.to_thread(documents.get, doc_id))
 
     @app.post("/v1/embeddings")
     async def embeddings(request: EmbeddingsRequest) -> JSONResponse:

@@ -26,11 +26,13 @@ OptionalText = Annotated[Any, WithJsonSchema({"type": "string"})]
 
 
 class SearchRequest(BaseModel):
-    """``{"queries": [...], "k": 10}``; unknown fields are refused, so a misspelt one is not silently ignored."""
+    """``{"queries": [...], "k": 10, "filter": "year >= 2020"}``; unknown fields are refused, so a misspelt one is
+    not silently ignored."""
 
     model_config = ConfigDict(extra="forbid")
     queries: Texts
     k: Integer = 10
+    filter: OptionalText = None
 
 
 class EmbeddingsRequest(BaseModel):

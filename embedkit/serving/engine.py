@@ -7,6 +7,7 @@ the library's answers. Titles and snippets are read here too, off the event loop
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -45,8 +46,9 @@ class Engine:
         self.dataset = dataset
         self.snippet_chars = snippet_chars
         self.index_path = None if index_path is None else str(Path(index_path).resolve())
-        if dataset is not None:
-            missing = [doc_id for doc_id in index.ids if doc_id is not None and doc_id not in dataset.row_of]
+        self.model_lock = threading.Lock()  # the batcher's worker and the document writer share the model
+        if dataset is not None and not hasattr(index, "store"):  # a changed index holds documents added since
+            missing = [doc_id for doc_id in index.ids if doc_id not in dataset.row_of]
             if missing:
                 raise EmbedkitError(
                     f"the index holds {len(missing)} document ids the corpus lacks (e.g. '{missing[0]}'): "
@@ -71,6 +73,7 @@ class Engine:
                 "count": len(self.index),
                 "dim": self.index.dim,
                 "search_params": dict(self.index.search_params),
+                "fields": dict(self.index.store.fields) if hasattr(self.index, "store") else {},
             },
             "model": {**self.model_settings, "device": self.model.device},
             "dataset": None if self.dataset is None else {"name": self.dataset.name, "path": str(self.dataset.path)},
@@ -89,7 +92,8 @@ class Engine:
         texts = check_texts([text for request_texts, _ in work for text in request_texts], "texts")
         for _, k in work:
             check_whole(k, "k", minimum=1)
-        vectors = self.model.encode_queries(texts, show_progress=False)
+        with self.model_lock:
+            vectors = self.model.encode_queries(texts, show_progress=False)
         bounds = np.cumsum([0] + [len(request_texts) for request_texts, _ in work])
         results: list[Any] = [None] * len(work)
         by_k: dict[int, list[int]] = {}
@@ -109,6 +113,13 @@ class Engine:
                 results[p] = found[start : start + count]
                 start += count
         return results
+
+    def search_filtered(self, texts: list[str], k: int, expression: str) -> list[list[Hit]]:
+        """A filtered ``/search``: outside the batcher, since its hits depend on the filter (one request's texts)."""
+        with self.model_lock:
+            vectors = self.model.encode_queries(texts, show_progress=False)
+        scores, hits = self.index.search(vectors, max(1, min(k, len(self.index))), filter=expression)
+        return self._hits(scores, hits)
 
     def token_count(self, texts: list[str]) -> int:
         """Tokens the model read (prompt included, after truncation): the ``usage`` of an embeddings response."""
