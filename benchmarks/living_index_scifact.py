@@ -25,7 +25,6 @@ from datetime import date
 from pathlib import Path
 
 import numpy as np
-from encode import _cpu_name
 
 REPO = Path(__file__).resolve().parents[1]
 SCIFACT = REPO.parent / "shared" / "data" / "beir" / "scifact"
@@ -48,32 +47,37 @@ def recall(found: list[list[str]], truth: list[list[str]]) -> float:
     return float(np.mean([len(set(f) & set(t)) / max(1, len(t)) for f, t in zip(found, truth, strict=True)]))
 
 
+def random_changes(live, matrix: np.ndarray, ids: list[str], cut: int, steps: int, seed: int, metadata=None) -> dict:
+    """``steps`` seeded adds, deletes and upserts (1 to 5 documents each) on a ``LiveIndex`` of documents
+    ``0 .. cut - 1``, new vectors drawn once each from the rest (no two documents share one: no tied scores), a
+    compaction half way; ``metadata(row)`` gives a document's metadata. Returns the final id -> vector row."""
+    rng, state, fresh = random.Random(seed), {ids[i]: i for i in range(cut)}, list(range(cut, len(ids)))
+    rng.shuffle(fresh)
+    meta = metadata or (lambda row: None)
+    for step in range(steps):
+        kind = rng.choice(("add", "delete", "upsert"))
+        if kind == "add" and fresh:
+            rows = [fresh.pop() for _ in range(min(len(fresh), rng.randint(1, 5)))]
+            live.add([ids[r] for r in rows], matrix[rows], metadata=[meta(r) for r in rows])
+            state.update({ids[r]: r for r in rows})
+        elif kind == "delete" and len(state) > 10:
+            gone = rng.sample(sorted(state), rng.randint(1, 3))
+            live.delete(gone)
+            for doc_id in gone:
+                del state[doc_id]
+        elif kind == "upsert" and len(fresh) >= 3:
+            targets = rng.sample(sorted(state), rng.randint(1, 3))
+            rows = [fresh.pop() for _ in targets]  # an existing id takes an unused document's vector
+            live.upsert(targets, matrix[rows], metadata=[meta(r) for r in rows])
+            state.update(dict(zip(targets, rows, strict=True)))
+        if step == steps // 2:
+            live.compact()
+    return state
+
+
 def changes(matrix, ids, queries, work: Path) -> dict:
     from embedkit.index import Index
     from embedkit.index.live import LiveIndex
-
-    def change_all(live: LiveIndex) -> dict[str, int]:
-        rng, state, fresh = random.Random(SEED), {ids[i]: i for i in range(CUT)}, list(range(CUT, len(ids)))
-        rng.shuffle(fresh)
-        for step in range(STEPS):
-            kind = rng.choice(("add", "delete", "upsert"))
-            if kind == "add" and fresh:
-                rows = [fresh.pop() for _ in range(min(len(fresh), rng.randint(1, 5)))]
-                live.add([ids[r] for r in rows], matrix[rows])
-                state.update({ids[r]: r for r in rows})
-            elif kind == "delete":
-                gone = rng.sample(sorted(state), rng.randint(1, 3))
-                live.delete(gone)
-                for doc_id in gone:
-                    del state[doc_id]
-            elif kind == "upsert" and len(fresh) >= 3:
-                targets = rng.sample(sorted(state), rng.randint(1, 3))
-                rows = [fresh.pop() for _ in targets]
-                live.upsert(targets, matrix[rows])
-                state.update(dict(zip(targets, rows, strict=True)))
-            if step == STEPS // 2:
-                live.compact()
-        return state
 
     out = {}
     for factory, params in (("Flat", {}), ("IVF64,Flat", {"nprobe": 8})):
@@ -81,7 +85,7 @@ def changes(matrix, ids, queries, work: Path) -> dict:
         Index.build(matrix[:CUT], ids[:CUT], factory, use_gpu=False, **params).save(folder)
         live = LiveIndex.open(folder)
         started = time.perf_counter()
-        state = change_all(live)
+        state = random_changes(live, matrix, ids, CUT, STEPS, SEED)
         seconds = time.perf_counter() - started
         final = sorted(state)
         exact = Index.build(matrix[[state[i] for i in final]], final, "Flat", use_gpu=False)
@@ -137,6 +141,7 @@ def main() -> None:
     parser.add_argument("--output", type=Path, default=REPO / "benchmarks" / "results" / "living_index_scifact.json")
     args = parser.parse_args()
     import faiss
+    from encode import _cpu_name
 
     faiss.omp_set_num_threads(1)  # this script's own process: both sides of each ratio on one thread
     matrix, ids, queries = vectors()

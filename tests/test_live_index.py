@@ -3,7 +3,8 @@ documents, and the store and the vectors agree after each change (real SciFact v
 
 from __future__ import annotations
 
-import random
+import importlib.util
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,8 +16,18 @@ from embedkit.index import Index
 from embedkit.index.filters import compile_filter
 from embedkit.index.live import LiveIndex
 
-CUT = 1500  # documents in the first snapshot
-POOL = 4000  # the changes draw new vectors from documents CUT .. POOL - 1, each used once
+CUT = 1500  # documents in the first snapshot; the changes draw new vectors from documents CUT .. 3999
+STUDY = Path(__file__).resolve().parents[1] / "benchmarks" / "living_index_scifact.py"
+
+
+def random_changes(*args, **kwargs) -> dict[str, int]:
+    """The study's generator of seeded changes (``benchmarks/living_index_scifact.py``), so both check one thing."""
+    spec = importlib.util.spec_from_file_location("living_index_scifact", STUDY)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.random_changes(*args, **kwargs)
+
+
 FIELDS = {"bucket": "int", "source": "text", "score": "real"}
 
 
@@ -29,37 +40,11 @@ def _metadata(i: int) -> dict:
     return {"bucket": i % 1000, "source": ("pubmed", "arxiv", "web")[i % 3], "score": (i % 97) / 97}
 
 
-def random_changes(live: LiveIndex, vectors: np.ndarray, ids: list[str], steps: int, seed: int) -> dict[str, int]:
-    """``steps`` seeded adds, deletes and upserts (1 to 5 documents each); returns the final id -> vector row."""
-    rng = random.Random(seed)
-    state = {ids[i]: i for i in range(CUT)}
-    fresh = list(range(CUT, POOL))
-    for step in range(steps):
-        kind = rng.choice(("add", "delete", "upsert"))
-        if kind == "add" and fresh:
-            rows = [fresh.pop() for _ in range(min(len(fresh), rng.randint(1, 5)))]
-            live.add([ids[r] for r in rows], vectors[rows], metadata=[_metadata(r) for r in rows])
-            state.update({ids[r]: r for r in rows})
-        elif kind == "delete" and len(state) > 10:
-            gone = rng.sample(sorted(state), rng.randint(1, 3))
-            live.delete(gone)
-            for doc_id in gone:
-                del state[doc_id]
-        elif kind == "upsert" and len(fresh) >= 3:
-            targets = rng.sample(sorted(state), rng.randint(1, 3))
-            rows = [fresh.pop() for _ in targets]  # an existing id takes an unused document's vector (no ties)
-            live.upsert(targets, vectors[rows], metadata=[_metadata(r) for r in rows])
-            state.update(dict(zip(targets, rows, strict=True)))
-        if step == steps // 2:
-            live.compact()
-    return state
-
-
 def test_a_thousand_random_changes_equal_a_rebuild(vectors, tmp_path):
     matrix, ids = vectors
     Index.build(matrix[:CUT], ids[:CUT], "Flat", use_gpu=False).save(tmp_path / "idx")
     live = LiveIndex.open(tmp_path / "idx", fields=FIELDS)
-    state = random_changes(live, matrix, ids, 1000, seed=7)
+    state = random_changes(live, matrix[:4000], ids[:4000], CUT, 1000, 7, metadata=_metadata)
     final_ids = sorted(state)
     rebuilt = Index.build(matrix[[state[i] for i in final_ids]], final_ids, "Flat", use_gpu=False)
     queries = matrix[4000:4100]
