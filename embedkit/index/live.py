@@ -33,6 +33,12 @@ class LiveIndex(Index):
 
     path: Path
     store: Store
+    FULL_SCAN_BYTES = 10_000 * 1024  # matching vectors up to this size are searched exactly (Qdrant's default)
+
+    @property
+    def flat(self) -> bool:
+        """Whether FAISS's own search is exact (a ``Flat`` index): then it searches every filter itself."""
+        return isinstance(unwrap(self.faiss_index), faiss.IndexFlat)
 
     @classmethod
     def open(cls, path: str | Path, *, fields: dict[str, str] | None = None, vectors: Any = None) -> LiveIndex:
@@ -40,10 +46,12 @@ class LiveIndex(Index):
         and copying the snapshot's float vectors: ``vectors``, meta.json's embeddings folder, or FAISS's own)."""
         path = Path(path).absolute()
         if not (path / STORE).is_file():
+            from embedkit.index.live_folder import make_store
+
             with output_lock(path):
                 recover(path)
                 if not (path / STORE).is_file():
-                    _make_store(path, fields or {}, vectors)
+                    make_store(path, fields or {}, vectors)
         live = cls.load_live(path)
         if fields is not None and fields != live.store.fields:
             raise EmbedkitError("the store was made with other filterable fields", path=path / STORE, field="fields")
@@ -203,8 +211,11 @@ class LiveIndex(Index):
 
     def search_rows(self, queries: np.ndarray, k: int = 10, *, filter: str | None = None, nprobe: int | None = None,
                     ef_search: int | None = None, rescore: int | None = None, batch_size: int = 4096):  # fmt: skip
-        """Top-``k`` scores and keys; with ``filter``, only live documents matching it, ``k`` whenever ``k`` match
-        (an approximate search that finds fewer falls back to exact search over the matching documents)."""
+        """Top-``k`` scores and keys; with ``filter``, only live documents matching it, ``k`` whenever ``k`` match.
+
+        An approximate index searches a filter exactly over the matching documents' stored vectors when they are
+        few (``FULL_SCAN_BYTES``, Qdrant's ``full_scan_threshold``) or when its own search finds fewer than ``k``.
+        """
         if rescore or self.search_params.get("rescore"):
             raise EmbedkitError("rescoring is not available on an index that takes updates", field="rescore")
         queries = as_matrix(queries, "queries")
@@ -222,11 +233,16 @@ class LiveIndex(Index):
             else:
                 selector = faiss.IDSelectorBatch(allowed)
             params = self._params(selector)
+            scan = allowed is not None and not self.flat and len(allowed) * self.dim * 4 <= self.FULL_SCAN_BYTES
+            matching = self.store.vectors_of(allowed) if scan else None
             scores = np.empty((len(queries), k), dtype=np.float32)
             keys = np.full((len(queries), k), -1, dtype=np.int64)
             for start in range(0, len(queries), batch_size):
                 batch = queries[start : start + batch_size]
-                found, rows = self.faiss_index.search(batch, k, params=params) if k else (scores[:0], keys[:0])
+                if scan or not k:
+                    found, rows = _exact(batch, matching, allowed, k, self.metric) if k else (scores[:0], keys[:0])
+                else:
+                    found, rows = self.faiss_index.search(batch, k, params=params)
                 if allowed is not None and k and (rows < 0).any():
                     found, rows = _exact(batch, self.store.vectors_of(allowed), allowed, k, self.metric)
                 scores[start : start + len(batch)], keys[start : start + len(batch)] = found, rows
@@ -252,7 +268,7 @@ class LiveIndex(Index):
 
     def compact(self) -> dict[str, Any]:
         """Rebuild the live documents into a new snapshot and store, swapped in whole; returns meta's record."""
-        from embedkit.index.live_check import compact_folder
+        from embedkit.index.live_folder import compact_folder
 
         with output_lock(self.path):
             self.refresh()
@@ -262,7 +278,7 @@ class LiveIndex(Index):
 
     def check(self) -> dict[str, Any]:
         """Whether the store, the snapshot and the vectors agree (``embedkit index check``)."""
-        from embedkit.index.live_check import check_folder
+        from embedkit.index.live_folder import check_folder
 
         self.refresh()
         with self._lock:
@@ -275,24 +291,3 @@ def _exact(queries: np.ndarray, vectors: np.ndarray, keys: np.ndarray, k: int, m
     flat.add(vectors)
     scores, rows = flat.search(queries, k)
     return scores, np.where(rows >= 0, keys[np.maximum(rows, 0)], -1)
-
-
-def _make_store(path: Path, fields: dict[str, str], vectors: Any) -> None:
-    """The first store of a snapshot: its ids and their float vectors (exact, never a lossy reconstruction)."""
-    snapshot = Index.load(path, use_gpu=False)
-    if snapshot.meta.get("on_disk") or snapshot.binary:
-        raise EmbedkitError("updates need an in-memory float index, not an on-disk or binary one", path=path)
-    if vectors is not None or (snapshot.meta.get("vectors") or {}).get("path"):
-        if vectors is not None:
-            snapshot.attach_vectors(vectors)
-        batches = snapshot.vectors.batches(0, len(snapshot), 100_000)
-        floats = np.concatenate([np.asarray(batch, dtype=np.float32) for _, batch in batches])
-    elif isinstance(unwrap(snapshot.faiss_index), (faiss.IndexFlat, faiss.IndexHNSWFlat, faiss.IndexIVFFlat)):
-        copy = faiss.clone_index(snapshot.faiss_index)
-        if isinstance(unwrap(copy), faiss.IndexIVFFlat):
-            faiss.extract_index_ivf(copy).make_direct_map()
-        floats = copy.reconstruct_n(0, len(snapshot))
-    else:
-        raise EmbedkitError("the index keeps no exact vectors: give its embeddings folder (vectors=, --embeddings)")
-    Store.create(path / STORE, fields=fields, dim=snapshot.dim, snapshot_ids=snapshot.ids, vectors=floats,
-                 model=snapshot.meta.get("model"))  # fmt: skip

@@ -1,8 +1,10 @@
-"""Compaction and the consistency check of a ``LiveIndex`` folder (``embedkit index compact`` / ``check``)."""
+"""Whole-folder operations of a ``LiveIndex``: its first store, compaction (``embedkit index compact``) and the
+consistency check (``embedkit index check``)."""
 
 from __future__ import annotations
 
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import faiss
@@ -100,3 +102,24 @@ def check_folder(live: LiveIndex) -> dict[str, Any]:
         "compaction": live.meta.get("compaction"),
         "problems": problems,
     }
+
+
+def make_store(path: Path, fields: dict[str, str], vectors: Any) -> None:
+    """The first store of a snapshot: its ids and their float vectors (exact, never a lossy reconstruction)."""
+    snapshot = Index.load(path, use_gpu=False)
+    if snapshot.meta.get("on_disk") or snapshot.binary:
+        raise EmbedkitError("updates need an in-memory float index, not an on-disk or binary one", path=path)
+    if vectors is not None or (snapshot.meta.get("vectors") or {}).get("path"):
+        if vectors is not None:
+            snapshot.attach_vectors(vectors)
+        batches = snapshot.vectors.batches(0, len(snapshot), 100_000)
+        floats = np.concatenate([np.asarray(batch, dtype=np.float32) for _, batch in batches])
+    elif isinstance(unwrap(snapshot.faiss_index), (faiss.IndexFlat, faiss.IndexHNSWFlat, faiss.IndexIVFFlat)):
+        copy = faiss.clone_index(snapshot.faiss_index)
+        if isinstance(unwrap(copy), faiss.IndexIVFFlat):
+            faiss.extract_index_ivf(copy).make_direct_map()
+        floats = copy.reconstruct_n(0, len(snapshot))
+    else:
+        raise EmbedkitError("the index keeps no exact vectors: give its embeddings folder (vectors=, --embeddings)")
+    Store.create(path / STORE, fields=fields, dim=snapshot.dim, snapshot_ids=snapshot.ids, vectors=floats,
+                 model=snapshot.meta.get("model"))  # fmt: skip
