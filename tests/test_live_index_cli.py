@@ -21,7 +21,7 @@ def index_folder(scifact_embeddings, tmp_path_factory):
     return folder
 
 
-def test_the_commands_change_search_and_check_an_index(index_folder, scifact, tmp_path):
+def test_the_commands_change_search_and_check_an_index(index_folder, scifact, scifact_subset, tmp_path):
     rows = [dict(scifact.corpus[i]) for i in range(3)]
     new = [{"_id": f"new-{i}", "title": row["title"], "text": row["text"], "metadata": {"year": 2020 + i}}
            for i, row in enumerate(rows)]  # fmt: skip
@@ -40,10 +40,14 @@ def test_the_commands_change_search_and_check_an_index(index_folder, scifact, tm
     assert list(read_run(run_file)["q"]) == ["new-1", "new-0"]  # only the documents with a year, best first
     live = LiveIndex.load_live(index_folder)
     assert len(live) == 5183 + 3 - 2 and live.document("new-1")["metadata"] == {"year": 2021}
+    same = embedkit("index", "upsert", "-i", index_folder, "--dataset", scifact_subset)  # SciFact's texts again
+    cut = {json.loads(line)["_id"] for line in (scifact_subset / "corpus.jsonl").read_text().splitlines()}
+    back = rows[0]["_id"] in cut  # the deleted document comes back if the cut holds it
+    assert same.returncode == 0 and f"{len(live) + back} in" in same.stdout, same.stderr
     assert embedkit("index", "compact", "-i", index_folder).returncode == 0
     checked = embedkit("index", "check", "-i", index_folder)
     report = json.loads(checked.stdout)
-    assert checked.returncode == 0 and report["ok"] and report["compaction"]["removed"] == 2
+    assert checked.returncode == 0 and report["ok"] and report["compaction"]["removed"] > 2  # 2 deletes + upserts
 
 
 @pytest.mark.parametrize(
@@ -64,7 +68,7 @@ def test_bad_documents_are_one_line_and_exit_2(index_folder, tmp_path, line, mes
 
 def test_bad_flags_are_one_line_and_exit_2(index_folder, tmp_path):
     cases = [
-        (["index", "add", "-i", index_folder], "give the documents as --corpus FILE or --embeddings FOLDER"),
+        (["index", "add", "-i", index_folder], "--corpus FILE, --dataset NAME or --embeddings FOLDER (one of them)"),
         (["index", "-e", index_folder, "check", "-i", index_folder], "--embeddings does nothing"),
         (["search", "-i", index_folder, "--queries", tmp_path / "q.jsonl", "-o", tmp_path / "r", "--filter", "year >"],
          "option '--filter': not a filter expression"),

@@ -4,6 +4,7 @@ the vectors in agreement. ``make test`` kills at a few points per change; ``make
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import embedkit_here as embedkit
 
 from embedkit.index import Index
 from embedkit.index.live import LiveIndex
@@ -28,10 +30,11 @@ def _run(operation: str, folder: Path, strace: list[str]) -> subprocess.Complete
 
 
 def _live_ids(folder: Path) -> set[str]:
+    """The live ids after ``embedkit index check`` (the command users run) found the folder consistent."""
+    checked = embedkit("index", "check", "-i", folder)
+    assert checked.returncode == 0 and json.loads(checked.stdout)["ok"], checked.stdout + checked.stderr
     live = LiveIndex.load_live(folder)
-    report = live.check()
     live.store.close()  # now, not when collected: the last close folds the WAL in and would change the folder later
-    assert report["ok"], report["problems"]
     return {doc_id for doc_id in live.ids if doc_id is not None}
 
 

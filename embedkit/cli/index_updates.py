@@ -12,10 +12,15 @@ from typing import Annotated, Any, Optional
 
 import typer
 
+from embedkit.cli import options as opt
+
 IndexFolder = Annotated[Path, typer.Option("--index", "-i", help="Index folder written by 'embedkit index'.")]
 Corpus = Annotated[
     Optional[Path],
     typer.Option(help="JSONL documents: _id, text, title, a 'metadata' object; encoded by the index's model."),
+]
+Dataset = Annotated[
+    Optional[str], typer.Option("--dataset", "-d", help="A BEIR dataset folder or name: its corpus.jsonl[.gz].")
 ]
 Embeddings = Annotated[
     Optional[Path], typer.Option("--embeddings", "-e", help="An embeddings folder of the index's model (no metadata).")
@@ -57,11 +62,17 @@ def _open(index: Path, fields: str | None):
     return LiveIndex.open(index, fields=None if fields is None else parse_fields(fields))
 
 
-def _write(index: Path, corpus: Path | None, embeddings: Path | None, fields: str | None, replace: bool) -> None:
+def _write(index: Path, corpus: Path | None, dataset: str | None, embeddings: Path | None, fields: str | None,
+           data_dir: Path | None, replace: bool) -> None:  # fmt: skip
     from embedkit.errors import EmbedkitError
 
-    if (corpus is None) == (embeddings is None):
-        raise EmbedkitError("give the documents as --corpus FILE or --embeddings FOLDER (one of them)")
+    if sum(given is not None for given in (corpus, dataset, embeddings)) != 1:
+        raise EmbedkitError("give the documents as --corpus FILE, --dataset NAME or --embeddings FOLDER (one of them)")
+    if dataset is not None:
+        from embedkit.data.jsonl import find_file
+        from embedkit.data.resolve import resolve_dataset
+
+        corpus = find_file(resolve_dataset(dataset, data_dir), "corpus")
     live = _open(index, fields)
     write = live.upsert if replace else live.add
     if corpus is not None:
@@ -81,17 +92,19 @@ def _write(index: Path, corpus: Path | None, embeddings: Path | None, fields: st
     typer.echo(f"{len(ids)} documents {'upserted' if replace else 'added'}; {len(live)} in {index} (version {version})")
 
 
-def add(index: IndexFolder, corpus: Corpus = None, embeddings: Embeddings = None, fields: Fields = None) -> None:
+def add(index: IndexFolder, corpus: Corpus = None, dataset: Dataset = None, embeddings: Embeddings = None,
+        fields: Fields = None, data_dir: opt.DataDir = None) -> None:  # fmt: skip
     """Add documents whose ids are not in the index yet (an id already there is refused: use upsert).
 
     Example: [bold]embedkit index add -i idx/scifact --corpus new.jsonl --fields year:int,source:text[/bold]
     """
-    _write(index, corpus, embeddings, fields, replace=False)
+    _write(index, corpus, dataset, embeddings, fields, data_dir, replace=False)
 
 
-def upsert(index: IndexFolder, corpus: Corpus = None, embeddings: Embeddings = None, fields: Fields = None) -> None:
+def upsert(index: IndexFolder, corpus: Corpus = None, dataset: Dataset = None, embeddings: Embeddings = None,
+           fields: Fields = None, data_dir: opt.DataDir = None) -> None:  # fmt: skip
     """Add documents, replacing those whose ids are in the index already (one transaction)."""
-    _write(index, corpus, embeddings, fields, replace=True)
+    _write(index, corpus, dataset, embeddings, fields, data_dir, replace=True)
 
 
 def delete(
