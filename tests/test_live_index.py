@@ -157,3 +157,27 @@ def test_searches_during_writes_see_the_state_before_or_after_each_change(vector
     for reader in readers:
         reader.join()
     assert len(seen) > 10 and set(seen) <= {0, 20}, sorted(set(seen))
+
+
+def test_an_on_disk_ivf_takes_the_same_changes_as_one_in_memory(vectors, tmp_path):
+    from embedkit.index import BuildSettings, Vectors
+    from embedkit.index.ondisk import build_ondisk
+
+    matrix, ids = vectors
+    settings = BuildSettings("IVF32,Flat", use_gpu=False, nprobe=4)
+    cut = Vectors.of(matrix[:CUT], ids[:CUT])
+    Index.from_vectors(cut, settings).save(tmp_path / "memory")
+    build_ondisk(cut, tmp_path / "disk", settings)  # the same seeded training: the same quantizer
+    changed = {}
+    for name in ("memory", "disk"):
+        live = LiveIndex.open(tmp_path / name, fields=FIELDS, vectors=matrix[:CUT])
+        state = random_changes(live, matrix[:2500], ids[:2500], CUT, 300, 3, metadata=_metadata)
+        changed[name] = LiveIndex.load_live(tmp_path / name)
+        assert changed[name].check()["ok"] and len(changed[name]) == len(state)
+    assert changed["disk"].meta["on_disk"] and changed["disk"].meta["compaction"]["removed"] > 0
+    queries = matrix[4000:4100]
+    (memory_scores, memory_hits), (disk_scores, disk_hits) = (changed[n].search(queries, 10) for n in changed)
+    assert disk_hits == memory_hits
+    np.testing.assert_allclose(disk_scores, memory_scores, atol=1e-6)
+    filtered = [changed[n].search(queries, 10, filter="bucket < 100")[1] for n in changed]
+    assert filtered[0] == filtered[1] and all(len(row) == 10 for row in filtered[0])

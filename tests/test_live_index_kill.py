@@ -58,12 +58,19 @@ def _points(operation: str, folder: Path, tmp: Path) -> list[tuple[str, int]]:
     return points
 
 
-@pytest.fixture(scope="module")
-def pristine(scifact_embeddings, tmp_path_factory) -> Path:
+@pytest.fixture(scope="module", params=["Flat", "IVF8,Flat on disk"])
+def pristine(request, scifact_embeddings, tmp_path_factory) -> Path:
+    from embedkit.index import BuildSettings, Vectors
+    from embedkit.index.ondisk import build_ondisk
+
     matrix = np.asarray(scifact_embeddings.embeddings()[:300], dtype=np.float32)
     folder = tmp_path_factory.mktemp("live-kill") / "idx"
-    Index.build(matrix, scifact_embeddings.ids()[:300], "Flat", use_gpu=False).save(folder)
-    live = LiveIndex.open(folder, fields={"bucket": "int"})
+    vectors = Vectors.of(matrix, scifact_embeddings.ids()[:300])
+    if request.param == "Flat":
+        Index.from_vectors(vectors, BuildSettings("Flat", use_gpu=False)).save(folder)
+    else:
+        build_ondisk(vectors, folder, BuildSettings("IVF8,Flat", use_gpu=False, nprobe=8))
+    live = LiveIndex.open(folder, fields={"bucket": "int"}, vectors=matrix)
     live.delete(scifact_embeddings.ids()[:3])  # a tombstone to compact
     live.store.close()
     return folder

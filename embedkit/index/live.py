@@ -21,6 +21,7 @@ from embedkit.errors import EmbedkitError
 from embedkit.index.faiss_helpers import as_matrix, check_model_settings, check_whole
 from embedkit.index.faiss_index import Index
 from embedkit.index.index_files import read_index_folder
+from embedkit.index.live_ondisk import delta_index, search_both
 from embedkit.index.search_params import current_search_param, unwrap
 from embedkit.index.store import STORE, Store, model_digest, text_sha256
 from embedkit.outputs import output_lock, recover
@@ -69,13 +70,14 @@ class LiveIndex(Index):
             store.close()
         else:
             raise EmbedkitError("the snapshot and the store disagree; run 'embedkit index check'", path=path)
-        if meta.get("on_disk") or meta.get("binary"):
-            raise EmbedkitError("updates need an in-memory float index, not an on-disk or binary one", path=path)
+        if meta.get("binary"):
+            raise EmbedkitError("updates need a float index, not a binary one", path=path)
         live = cls(index, list(ids), meta)
+        live.delta = delta_index(path) if meta.get("on_disk") else None  # added vectors of an on-disk IVF
         live.folder, live.path, live.store = path, path, store
         live._lock, live._torch = threading.RLock(), False
         live.dead = set()
-        live.in_place = faiss.try_extract_index_ivf(index) is not None
+        live.in_place = faiss.try_extract_index_ivf(index) is not None and live.delta is None
         live.next_key, live.version, live.live_count = len(ids), 0, len(ids)
         if live.search_params:
             live.set_search_params(live.search_params.get("nprobe"), live.search_params.get("efSearch"))
@@ -115,7 +117,9 @@ class LiveIndex(Index):
             if keys[0] != self.next_key or keys[-1] != self.next_key + len(keys) - 1:
                 raise EmbedkitError("the store's keys have a gap; run 'embedkit index check'", path=self.store.path)
             vectors = np.stack([row[2] for row in rows])
-            if self.in_place:
+            if self.delta is not None:
+                self.delta.add_with_ids(vectors, keys)
+            elif self.in_place:
                 self.faiss_index.add_with_ids(vectors, keys)
             else:
                 self.faiss_index.add(vectors)
@@ -242,7 +246,7 @@ class LiveIndex(Index):
                 if scan or not k:
                     found, rows = _exact(batch, matching, allowed, k, self.metric) if k else (scores[:0], keys[:0])
                 else:
-                    found, rows = self.faiss_index.search(batch, k, params=params)
+                    found, rows = search_both(self.faiss_index, self.delta, batch, k, params, self.metric)
                 if allowed is not None and k and (rows < 0).any():
                     found, rows = _exact(batch, self.store.vectors_of(allowed), allowed, k, self.metric)
                 scores[start : start + len(batch)], keys[start : start + len(batch)] = found, rows
@@ -250,9 +254,9 @@ class LiveIndex(Index):
 
     def _params(self, selector: Any) -> Any:
         """FAISS search parameters carrying ``selector`` and the index's current nprobe / efSearch."""
-        if selector is None:
+        if selector is None and self.delta is None:
             return None
-        if faiss.try_extract_index_ivf(self.faiss_index) is not None:
+        if faiss.try_extract_index_ivf(self.faiss_index) is not None:  # the delta searched as deep as the index
             return faiss.SearchParametersIVF(sel=selector, nprobe=current_search_param(self.faiss_index, "nprobe"))
         if hasattr(unwrap(self.faiss_index), "hnsw"):
             return faiss.SearchParametersHNSW(sel=selector, efSearch=current_search_param(self.faiss_index, "efSearch"))

@@ -14,6 +14,8 @@ from embedkit.errors import EmbedkitError
 from embedkit.index.faiss_helpers import BuildSettings, new_index
 from embedkit.index.faiss_index import Index
 from embedkit.index.index_files import read_index_folder
+from embedkit.index.live_ondisk import delta_index
+from embedkit.index.ondisk import build_ondisk
 from embedkit.index.search_params import unwrap
 from embedkit.index.store import STORE, Store
 from embedkit.index.vectors import Vectors
@@ -40,12 +42,10 @@ def compact_folder(live: LiveIndex) -> dict[str, Any]:
     )  # fmt: skip
     trained = None
     if not new_index(live.dim, factory, live.metric).is_trained:
-        empty = faiss.clone_index(live.faiss_index)
+        empty = delta_index(live.path) if live.delta is not None else faiss.clone_index(live.faiss_index)
         empty.reset()
         trained = (empty, int(meta.get("trained_on") or 0))
-    vectors = live.store.vectors_of(keys)
-    built = Index.from_vectors(Vectors.of(vectors, ids, meta.get("model")), settings, trained=trained)
-    built.meta.update({name: meta[name] for name in ("search_params", "exact_search") if name in meta})
+    vectors = Vectors.of(live.store.vectors_of(keys), ids, meta.get("model"))
     version = live.store.version()
     record = {
         "at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -53,13 +53,23 @@ def compact_folder(live: LiveIndex) -> dict[str, Any]:
         "removed": live.next_key - len(keys),
         "version": version,
     }
-    built.meta["compaction"] = record
-    with replace_folder(live.path, "index", overwrite=True) as new:
-        built.write_files(new, live.path)
+    kept = {name: meta[name] for name in ("search_params", "exact_search") if name in meta}
+
+    def write_store(new: Path) -> None:
         Store.create(
             new / STORE, fields=live.store.fields, dim=live.dim, snapshot_ids=ids, vectors=None,
             model=live.store.setting("model"), version=version, live_of=live.store,
         )  # fmt: skip
+
+    if live.delta is not None:  # an on-disk index is written as one again, its new lists beside the store
+        build_ondisk(vectors, live.path, settings, trained=trained, overwrite=True,
+                     meta_extra={**kept, "compaction": record}, also=write_store)  # fmt: skip
+        return record
+    built = Index.from_vectors(vectors, settings, trained=trained)
+    built.meta.update({**kept, "compaction": record})
+    with replace_folder(live.path, "index", overwrite=True) as new:
+        built.write_files(new, live.path)
+        write_store(new)
     return record
 
 
@@ -87,8 +97,9 @@ def check_folder(live: LiveIndex) -> dict[str, Any]:
     if len(set(live_ids)) != len(live_ids):
         problems.append("an id is live twice")
     expected = len(live_ids) if live.in_place else len(rows)
-    if live.faiss_index.ntotal != expected:
-        problems.append(f"FAISS holds {live.faiss_index.ntotal} vectors, the store says {expected}")
+    held = live.faiss_index.ntotal + (0 if live.delta is None else live.delta.ntotal)
+    if held != expected:
+        problems.append(f"FAISS holds {held} vectors, the store says {expected}")
     if isinstance(unwrap(snapshot), (faiss.IndexFlat, faiss.IndexHNSWFlat)) and len(snapshot_ids):
         stored = store.vectors_of(np.arange(len(snapshot_ids), dtype=np.int64))
         if not np.array_equal(stored, snapshot.reconstruct_n(0, len(snapshot_ids))):
@@ -107,14 +118,16 @@ def check_folder(live: LiveIndex) -> dict[str, Any]:
 def make_store(path: Path, fields: dict[str, str], vectors: Any) -> None:
     """The first store of a snapshot: its ids and their float vectors (exact, never a lossy reconstruction)."""
     snapshot = Index.load(path, use_gpu=False)
-    if snapshot.meta.get("on_disk") or snapshot.binary:
-        raise EmbedkitError("updates need an in-memory float index, not an on-disk or binary one", path=path)
+    if snapshot.binary:
+        raise EmbedkitError("updates need a float index, not a binary one", path=path)
     if vectors is not None or (snapshot.meta.get("vectors") or {}).get("path"):
         if vectors is not None:
             snapshot.attach_vectors(vectors)
         batches = snapshot.vectors.batches(0, len(snapshot), 100_000)
         floats = np.concatenate([np.asarray(batch, dtype=np.float32) for _, batch in batches])
-    elif isinstance(unwrap(snapshot.faiss_index), (faiss.IndexFlat, faiss.IndexHNSWFlat, faiss.IndexIVFFlat)):
+    elif not snapshot.meta.get("on_disk") and isinstance(
+        unwrap(snapshot.faiss_index), (faiss.IndexFlat, faiss.IndexHNSWFlat, faiss.IndexIVFFlat)
+    ):
         copy = faiss.clone_index(snapshot.faiss_index)
         if isinstance(unwrap(copy), faiss.IndexIVFFlat):
             faiss.extract_index_ivf(copy).make_direct_map()

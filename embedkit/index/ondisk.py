@@ -8,6 +8,7 @@ that file, so memory holds the quantizer and the document ids only.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -73,11 +74,14 @@ def build_ondisk(
     trained: Trained | None = None,
     shard_files_per_block: int = 1,
     overwrite: bool = False,
+    meta_extra: dict[str, Any] | None = None,
+    also: Callable[[Path], None] | None = None,
 ) -> Index:
     """Write an on-disk IVF index of rows ``start:stop`` to ``output`` (as one unit) and open it.
 
     Memory holds the training sample, then one block (``shard_files_per_block`` shard files) at a time. With the same
-    ``seed`` and ``train_size`` the result searches exactly like ``Index.build`` on all vectors.
+    ``seed`` and ``train_size`` the result searches exactly like ``Index.build`` on all vectors. ``meta_extra`` goes
+    into meta.json; ``also(folder)`` writes more files into the new folder before it is swapped in (a store).
     """
     vectors = Vectors.open(vectors)
     check_ondisk_factory(settings.factory, vectors.dim, settings.metric)
@@ -104,9 +108,12 @@ def build_ondisk(
         for block in blocks:
             block.unlink()
         extra = {"on_disk": True, "ivfdata": IVFDATA, "blocks": len(blocks), **vectors.record(start, stop)}
+        extra |= meta_extra or {}
         meta = index_meta(settings, vectors.dim, stop - start, trained[1], vectors.settings, **extra)
         built = Index(merged, vectors.ids(start, stop), meta)
         built.set_search_params(nprobe=settings.nprobe, ef_search=settings.ef_search)  # efSearch: of an HNSW quantizer
         built.write_files(tmp, output)  # its lists are in tmp already; the header records where they will be
         del built, merged
+        if also is not None:
+            also(tmp)
     return Index.load(output, use_gpu=False)
