@@ -75,6 +75,7 @@ def test_bad_document_requests_name_their_field(live_server, path, body, field, 
     assert response.status_code == status and response.json()["error"]["field"] == field, response.text
 
 
+@pytest.mark.slow  # a browser start: the API's filter is checked by the tests above in make test
 @pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="no /usr/bin/chromium (make test installs Debian's)")
 def test_the_search_page_filters_by_a_declared_field(live_server, tmp_path):
     server, _, subset = live_server
