@@ -156,3 +156,24 @@ def test_second_ctrl_c_exits_at_once(verbs):
     assert process.returncode == 130, err
     assert err.count("embedkit: error: interrupted") == 1 and "Traceback" not in err, err
     assert litter(work) == []
+
+
+def test_an_error_raised_while_ctrl_c_unwinds_is_still_the_interrupt(tmp_path, monkeypatch):
+    """A context manager whose exit fails during the unwinding (transformers' model loading, under the sweep) raises
+    another exception with the ``KeyboardInterrupt`` as its context: still one line and exit 130, no traceback."""
+    from conftest import embedkit_here
+
+    import embedkit.index.partitioned
+
+    def interrupted_load(*args, **kwargs):
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            raise RuntimeError("trying to pop from empty mode stack") from None
+
+    monkeypatch.setattr(embedkit.index.partitioned, "load_index", interrupted_load)
+    (tmp_path / "q.jsonl").write_text('{"_id": "q", "text": "x"}\n')
+    (tmp_path / "idx").mkdir()
+    result = embedkit_here("search", "-i", tmp_path / "idx", "--queries", tmp_path / "q.jsonl", "-o", tmp_path / "r")
+    assert result.returncode == 130 and result.stderr.strip().startswith(LINE), result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1

@@ -88,6 +88,19 @@ def main(argv: list[str] | None = None) -> None:
         raise
 
 
+def _raised_by_an_interrupt(err: BaseException) -> bool:
+    """Whether ``err`` was raised while a Ctrl-C unwound the stack: a context manager's exit that fails on the way
+    out (transformers' model-loading contexts: "trying to pop from empty mode stack") replaces the
+    ``KeyboardInterrupt``, which stays in its ``__context__`` chain."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        if isinstance(err, KeyboardInterrupt):
+            return True
+        seen.add(id(err))
+        err = err.__context__
+    return False
+
+
 def _run(argv: list[str] | None) -> None:
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # weight-loading bars are noise on a command line
     try:
@@ -112,6 +125,10 @@ def _run(argv: list[str] | None) -> None:
         _fail(kept_line(), INTERRUPTED)
     except click_errors.ClickException as err:
         _fail(err.format_message(), err.exit_code)
+    except Exception as err:
+        if not _raised_by_an_interrupt(err):
+            raise
+        _fail(kept_line(), INTERRUPTED)
     if code == INTERRUPTED:  # typer turns KeyboardInterrupt into a silent exit 130
         _fail(kept_line(), INTERRUPTED)
     sys.exit(code if isinstance(code, int) else 0)
