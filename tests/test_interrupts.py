@@ -177,3 +177,25 @@ def test_an_error_raised_while_ctrl_c_unwinds_is_still_the_interrupt(tmp_path, m
     result = embedkit_here("search", "-i", tmp_path / "idx", "--queries", tmp_path / "q.jsonl", "-o", tmp_path / "r")
     assert result.returncode == 130 and result.stderr.strip().startswith(LINE), result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_an_interrupt_inside_a_finalizer_is_raised_after_it():
+    """Python drops an exception raised in ``__del__``: a Ctrl-C landing there must wait and be raised after it
+    (``test_second_ctrl_c_exits_at_once`` lost one this way, exiting 0 with the whole result)."""
+    import signal as signals
+
+    from embedkit.cli.interrupts import CtrlC
+
+    handler, before = CtrlC(), signals.getsignal(signals.SIGALRM)
+
+    class Finalised:
+        def __del__(self):
+            handler.raise_when_safe(signals.SIGINT, sys._getframe())
+
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            Finalised()  # collected at once: the interrupt lands in its __del__
+            time.sleep(2)  # and is raised here, once the finalizer is over
+    finally:
+        signals.setitimer(signals.ITIMER_REAL, 0)
+        signals.signal(signals.SIGALRM, before)

@@ -24,10 +24,11 @@ IMPORT_FRAMES = "<frozen importlib._bootstrap"  # the file name of the frames th
 RETRY_SECONDS = 0.02
 
 
-def importing(frame: FrameType | None) -> bool:
-    """Whether the main thread is inside an import (a module's body, or a native extension's initialisation)."""
+def unsafe_to_raise(frame: FrameType | None) -> bool:
+    """Whether the main thread is inside an import (a module's body, or a native extension's initialisation) or a
+    finalizer (``__del__``: Python prints an exception raised there and drops it, and the Ctrl-C would be lost)."""
     while frame is not None:
-        if frame.f_code.co_filename.startswith(IMPORT_FRAMES):
+        if frame.f_code.co_filename.startswith(IMPORT_FRAMES) or frame.f_code.co_name == "__del__":
             return True
         frame = frame.f_back
     return False
@@ -38,7 +39,8 @@ class CtrlC:
 
     An interrupt that lands during an import is raised once the import is over (a timer checks every
     ``RETRY_SECONDS``): a native library initialising (torch) calls back into Python, and a ``KeyboardInterrupt``
-    raised there cannot pass through its C++ frames, which abort the process instead.
+    raised there cannot pass through its C++ frames, which abort the process instead. One that lands in a
+    finalizer waits the same way, since Python drops an exception raised in ``__del__``.
     """
 
     def __init__(self) -> None:
@@ -52,7 +54,7 @@ class CtrlC:
         self.raise_when_safe(signal.SIGINT, frame)
 
     def raise_when_safe(self, signum: int, frame: FrameType | None) -> None:
-        if importing(frame):
+        if unsafe_to_raise(frame):
             signal.signal(signal.SIGALRM, self.raise_when_safe)
             signal.setitimer(signal.ITIMER_REAL, RETRY_SECONDS)
             return
