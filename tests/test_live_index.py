@@ -108,6 +108,8 @@ def test_updates_are_refused_where_they_would_lose_or_mix_data(vectors, tmp_path
         (lambda: live.add(["x"], matrix[:1], model_settings={"model": "other"}), "another model"),
         (lambda: live.add(["x"], matrix[:1], metadata=[{"bucket": "7"}]), "is not an int"),
         (lambda: live.add(["x"], matrix[:1, :5]), "vectors"),
+        (lambda: live.add(["x"], matrix[:1], metadata=[{"when": {1, 2}}]), "document 'x': not JSON"),
+        (lambda: live.add(["x"], matrix[:1], metadata=[{"note": float("nan")}]), "document 'x': not JSON"),
         (lambda: live.search(matrix[:1], 5, filter="year > 1"), "not a filterable field"),
         (lambda: LiveIndex.open(tmp_path / "idx", fields={"other": "int"}), "other filterable fields"),
     ]

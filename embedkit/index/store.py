@@ -261,7 +261,10 @@ class Store:
             typed = [check_value(meta.get(name), self.fields[name], f"document '{doc_id}' field '{name}'", "metadata")
                      for name in names]  # fmt: skip
             blob = np.ascontiguousarray(vector, dtype=np.float32).tobytes()
-            text = json.dumps(meta, sort_keys=True) if meta else None
+            try:
+                text = json.dumps(meta, sort_keys=True, allow_nan=False) if meta else None
+            except (TypeError, ValueError) as err:
+                raise EmbedkitError(f"document '{doc_id}': not JSON ({err})", field="metadata") from None
             rows.append((first + offset, doc_id, digest, model, now, version, text, blob, *typed))
         self.connection.executemany(
             "INSERT INTO documents (key, id, text_sha256, model, added, added_version, metadata, vector"
