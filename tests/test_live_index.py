@@ -183,3 +183,9 @@ def test_an_on_disk_ivf_takes_the_same_changes_as_one_in_memory(vectors, tmp_pat
     np.testing.assert_allclose(disk_scores, memory_scores, atol=1e-6)
     filtered = [changed[n].search(queries, 10, filter="bucket < 100")[1] for n in changed]
     assert filtered[0] == filtered[1] and all(len(row) == 10 for row in filtered[0])
+
+
+@pytest.mark.parametrize("text", ["not " * 3000 + "bucket == 1", "(" * 2000 + "bucket == 1" + ")" * 2000, "x" * 20000])
+def test_a_huge_or_deep_filter_is_one_line(text):
+    with pytest.raises(EmbedkitError, match="--filter"):
+        compile_filter(text, FIELDS)

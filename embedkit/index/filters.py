@@ -14,6 +14,7 @@ from typing import Any
 from embedkit.errors import EmbedkitError
 
 FIELD_TYPES = {"int": "INTEGER", "real": "REAL", "text": "TEXT"}
+MAX_LENGTH = 10_000  # characters of one filter expression
 FIELD_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 _COMPARE = {ast.Eq: "=", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">="}
 
@@ -59,12 +60,16 @@ def compile_filter(expression: str, fields: dict[str, str], flag: str = "--filte
     """``(sql, parameters)`` for a filter expression over ``fields``; one line naming ``flag`` when it is wrong."""
     if not isinstance(expression, str) or not expression.strip():
         raise EmbedkitError("an empty filter; give a condition such as 'year >= 2020'", field=flag)
+    if len(expression) > MAX_LENGTH:
+        raise EmbedkitError(f"holds {len(expression)} characters; at most {MAX_LENGTH}", field=flag)
     try:
         tree = ast.parse(expression.strip(), mode="eval")
+        params: list[Any] = []
+        return _node(tree.body, fields, params, flag), params
     except SyntaxError as err:
         raise EmbedkitError(f"not a filter expression ({err.msg} at column {err.offset})", field=flag) from None
-    params: list[Any] = []
-    return _node(tree.body, fields, params, flag), params
+    except (RecursionError, MemoryError):
+        raise EmbedkitError("nested too deeply", field=flag) from None
 
 
 def _node(node: ast.AST, fields: dict[str, str], params: list[Any], flag: str) -> str:

@@ -182,7 +182,11 @@ class Store:
         """The keys of live documents matching a filter expression, sorted."""
         sql, params = compile_filter(expression, self.fields, flag)
         query = f"SELECT key FROM documents WHERE deleted_version IS NULL AND {sql} ORDER BY key"
-        return np.array([row[0] for row in self.connection.execute(query, params)], dtype=np.int64)
+        try:
+            rows = self.connection.execute(query, params).fetchall()
+        except sqlite3.OperationalError as err:  # e.g. deeper than SQLite's expression limit
+            raise EmbedkitError(f"SQLite cannot run this filter ({err})", field=flag) from None
+        return np.array([row[0] for row in rows], dtype=np.int64)
 
     def vectors_of(self, keys: np.ndarray) -> np.ndarray:
         out = np.empty((len(keys), self.dim), dtype=np.float32)
