@@ -70,6 +70,7 @@ def test_bad_flags_are_one_line_and_exit_2(index_folder, tmp_path):
     cases = [
         (["index", "add", "-i", index_folder], "--corpus FILE, --dataset NAME or --embeddings FOLDER (one of them)"),
         (["index", "-e", index_folder, "check", "-i", index_folder], "--embeddings does nothing"),
+        (["index", "--factory", "HNSW32", "add", "-i", index_folder], "--factory does nothing with 'index add'"),
         (["search", "-i", index_folder, "--queries", tmp_path / "q.jsonl", "-o", tmp_path / "r", "--filter", "year >"],
          "option '--filter': not a filter expression"),
         (["index", "add", "-i", tmp_path / "nothing", "--ids", tmp_path / "x"], "No such option"),

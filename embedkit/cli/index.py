@@ -63,7 +63,8 @@ def index(
     from embedkit.errors import EmbedkitError
 
     if ctx.invoked_subcommand is not None:  # 'embedkit index add ...': the options here are the build's
-        opt.refuse_unused({"--embeddings": embeddings, "--output": output}, f"with 'index {ctx.invoked_subcommand}'")
+        given = {p.opts[0]: True for p in ctx.command.params if ctx.get_parameter_source(p.name).name != "DEFAULT"}
+        opt.refuse_unused(given, f"with 'index {ctx.invoked_subcommand}'")
         return
     for flag, value in (("--embeddings", embeddings), ("--output", output)):
         if value is None:

@@ -21,6 +21,7 @@ from embedkit.errors import EmbedkitError
 from embedkit.index.faiss_helpers import as_matrix, check_model_settings, check_whole
 from embedkit.index.faiss_index import Index
 from embedkit.index.index_files import read_index_folder
+from embedkit.index.live_folder import check_folder, compact_folder, make_store
 from embedkit.index.live_ondisk import delta_index, search_both
 from embedkit.index.search_params import current_search_param, unwrap
 from embedkit.index.store import STORE, Store, model_digest, text_sha256
@@ -47,8 +48,6 @@ class LiveIndex(Index):
         and copying the snapshot's float vectors: ``vectors``, meta.json's embeddings folder, or FAISS's own)."""
         path = Path(path).absolute()
         if not (path / STORE).is_file():
-            from embedkit.index.live_folder import make_store
-
             with output_lock(path):
                 recover(path)
                 if not (path / STORE).is_file():
@@ -247,8 +246,9 @@ class LiveIndex(Index):
                     found, rows = _exact(batch, matching, allowed, k, self.metric) if k else (scores[:0], keys[:0])
                 else:
                     found, rows = search_both(self.faiss_index, self.delta, batch, k, params, self.metric)
-                if allowed is not None and k and (rows < 0).any():
-                    found, rows = _exact(batch, self.store.vectors_of(allowed), allowed, k, self.metric)
+                if allowed is not None and k and (rows < 0).any():  # FAISS found fewer than k: exact over them
+                    matching = self.store.vectors_of(allowed) if matching is None else matching
+                    found, rows = _exact(batch, matching, allowed, k, self.metric)
                 scores[start : start + len(batch)], keys[start : start + len(batch)] = found, rows
         return scores, keys
 
@@ -272,8 +272,6 @@ class LiveIndex(Index):
 
     def compact(self) -> dict[str, Any]:
         """Rebuild the live documents into a new snapshot and store, swapped in whole; returns meta's record."""
-        from embedkit.index.live_folder import compact_folder
-
         with output_lock(self.path):
             self.refresh()
             record = compact_folder(self)
@@ -282,8 +280,6 @@ class LiveIndex(Index):
 
     def check(self) -> dict[str, Any]:
         """Whether the store, the snapshot and the vectors agree (``embedkit index check``)."""
-        from embedkit.index.live_folder import check_folder
-
         self.refresh()
         with self._lock:
             return check_folder(self)
