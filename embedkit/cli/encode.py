@@ -50,12 +50,18 @@ def encode(
     max_active_dims: opt.MaxActiveDims = None,
     pool_factor: opt.PoolFactor = None,
     token_dtype: opt.TokenDtype = None,
+    chunking: opt.ChunkingMethod = None,
+    chunk_size: opt.ChunkSize = None,
+    chunk_overlap: opt.ChunkOverlap = None,
     dtype: opt.Dtype = None,
     device: opt.Device = None,
     batch_tokens: opt.BatchTokens = None,
     backend: opt.Backend = None,
 ) -> None:
     """Encode a corpus into .npy shards plus a manifest; a rerun resumes, or encodes nothing if all is done.
+
+    With --chunking each document becomes chunk rows '<id>#<n>' (their character spans beside them), which
+    'embedkit index' and 'search' turn back into document scores (--aggregation).
 
     Split the work with --worker-id/--num-workers (one worker each, same --output; the last to finish merges), or run
     under torchrun, where each rank takes its block and rank 0 merges.
@@ -153,11 +159,14 @@ def _report(result: EmbeddingsFolder, output: Path) -> None:
 
     manifest = result.manifest
     worker = manifest.get("worker")
+    rows = f"{manifest['count']} documents"
+    if "documents" in manifest:
+        rows = f"{manifest['count']} chunks of {manifest['documents']} documents"
     if worker is None:
         workers = manifest.get("workers", 1)
         by = f", merged from {workers} workers" if workers > 1 else ""
         typer.echo(
-            f"{manifest['count']} documents in {manifest['num_shards']} shard files at {output} "
+            f"{rows} in {manifest['num_shards']} shard files at {output} "
             f"({result.encoded_shards} shards encoded now{by})"
         )
         return
@@ -165,7 +174,7 @@ def _report(result: EmbeddingsFolder, output: Path) -> None:
     block = f"shards {start}..{stop - 1}" if stop > start else "no shards"
     waiting = pending_parts(output, worker["num_workers"])
     typer.echo(
-        f"worker {worker['worker_id']} of {worker['num_workers']}: {manifest['count']} documents in {block} "
+        f"worker {worker['worker_id']} of {worker['num_workers']}: {rows} in {block} "
         f"of {manifest['num_shards']} at {output} ({result.encoded_shards} shards encoded now); "
         + (f"waiting for workers {', '.join(map(str, waiting))}" if waiting else "all parts done, merge pending")
     )

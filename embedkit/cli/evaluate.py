@@ -48,6 +48,11 @@ def evaluate(
     max_active_dims: opt.MaxActiveDims = None,
     pool_factor: opt.PoolFactor = None,
     token_dtype: opt.TokenDtype = None,
+    chunking: opt.ChunkingMethod = None,
+    chunk_size: opt.ChunkSize = None,
+    chunk_overlap: opt.ChunkOverlap = None,
+    aggregation: opt.Aggregation = None,
+    sum_top: opt.SumTop = None,
     dtype: opt.Dtype = None,
     device: opt.Device = None,
     batch_tokens: opt.BatchTokens = None,
@@ -137,6 +142,10 @@ def evaluate(
     parts = hybrid_part_names(hybrid_parts, retriever)
     weights = parse_weights(fusion_weights, parts)
     dense = {"--factory": factory, "--metric": metric, "--nprobe": nprobe, "--ef-search": ef_search}
+    dense |= {"--aggregation": aggregation, "--sum-top": sum_top}
+    if chunking in (None, "none"):
+        chunk_flags = {"--aggregation": aggregation, "--sum-top": sum_top}
+        opt.refuse_unused(chunk_flags, "without --chunking (they combine chunks)")
     lexical = {"--bm25-backend": bm25_backend, "--bm25-k1": bm25_k1, "--bm25-b": bm25_b}
     fused = {"--fusion": fusion, "--fusion-weights": fusion_weights, "--fusion-depth": fusion_depth, "--rrf-k": rrf_k}
     sparse = {"--sparse-index": sparse_index, "--quantization": quantization}

@@ -17,6 +17,7 @@ from embedkit.validation import check_number
 
 if TYPE_CHECKING:
     from embedkit.encode.ray_executor import RayExecutor
+    from embedkit.models.chunking import Chunking
     from embedkit.models.embedding_model import EmbeddingModel
 
 Model = Annotated[
@@ -47,6 +48,26 @@ TokenDtype = Annotated[
     Optional[str],
     typer.Option(help="A multi-vector model's token vectors as stored: float16 | float32. [default: float16]"),
 ]
+ChunkingMethod = Annotated[
+    Optional[str],
+    typer.Option(
+        "--chunking",
+        help="Cut documents into chunk rows: none | window | sentence | late (pooled from one encode of the whole "
+        "document). [default: none]",
+    ),
+]
+ChunkSize = Annotated[
+    Optional[int], typer.Option(help="Tokens per chunk, special tokens and prompt included. [default: 256]")
+]
+ChunkOverlap = Annotated[Optional[int], typer.Option(help="Tokens each chunk shares with the one before. [default: 0]")]
+Aggregation = Annotated[
+    Optional[str],
+    typer.Option(
+        help="How a chunked index's chunk scores make a document's: maxp (its best chunk) | firstp (its first) | "
+        "sump (the sum of its --sum-top best). [default: maxp]"
+    ),
+]
+SumTop = Annotated[Optional[int], typer.Option(help="Chunks a document's sump score adds up. [default: 3]")]
 SparseIndex = Annotated[
     Optional[str],
     typer.Option(help="exact (sparse products) | impact (Lucene, pyserini) | seismic (approximate). [default: exact]"),
@@ -128,6 +149,9 @@ class ModelOptions:
     max_active_dims: int | None = None
     pool_factor: float | None = None
     token_dtype: str | None = None
+    chunking: str | None = None
+    chunk_size: int | None = None
+    chunk_overlap: int | None = None
 
     @classmethod
     def of(cls, flags: dict[str, Any]) -> ModelOptions:
@@ -145,6 +169,7 @@ class ModelOptions:
         at_least(self.max_active_dims, 1, "--max-active-dims")
         at_least(self.pool_factor, 1, "--pool-factor")
         one_of(self.token_dtype, ("float16", "float32"), "--token-dtype")
+        self.chunking_setting()
         if self.model is not None:
             resolve_model(self.model)  # a missing folder or an uncached Hub name: one line now, not after torch loads
         if self.device not in (None, "cpu"):
@@ -157,10 +182,26 @@ class ModelOptions:
         """The flags given on the command line, by their flag names (to refuse them where they would be ignored)."""
         return {f"--{name.replace('_', '-')}": value for name, value in asdict(self).items()}
 
+    def chunking_setting(self) -> Chunking | None:
+        """``--chunking`` with its size and overlap, checked (a size or overlap without a method is refused)."""
+        from embedkit.models.chunking import Chunking
+
+        if self.chunking is None:
+            for flag, value in (("--chunk-size", self.chunk_size), ("--chunk-overlap", self.chunk_overlap)):
+                if value is not None:
+                    raise EmbedkitError("sizes chunks; give --chunking window, sentence or late with it", field=flag)
+            return None
+        given = {"size": self.chunk_size, "overlap": self.chunk_overlap}
+        chunking = Chunking(self.chunking, **{key: value for key, value in given.items() if value is not None})
+        return chunking.check()
+
     def load(self) -> EmbeddingModel:
         from embedkit.models.loading import load_model
 
         options = asdict(self)
+        for name in ("chunking", "chunk_size", "chunk_overlap"):
+            del options[name]
+        options["chunking"] = self.chunking_setting()
         name = options.pop("model")
         options["dtype"] = options["dtype"] or "float32"
         return load_model(name, **options)

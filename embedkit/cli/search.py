@@ -28,6 +28,9 @@ def search(
     metadata_filter: Annotated[
         Optional[str], typer.Option("--filter", help="Only documents whose metadata match: 'year >= 2020 and ...'.")
     ] = None,
+    aggregation: opt.Aggregation = None,
+    sum_top: opt.SumTop = None,
+    chunking: Annotated[Optional[str], typer.Option("--chunking", hidden=True)] = None,
     model: opt.Model = None,
     dtype: opt.Dtype = None,
     device: opt.Device = None,
@@ -51,6 +54,17 @@ def search(
     check_whole(k, "-k", 1, maximum=None)  # above the corpus size: every document, as many as there are
     for flag, value, low in (("--nprobe", nprobe, 1), ("--ef-search", ef_search, 1), ("--rescore", rescore, 0)):
         check_whole(value, flag, low)  # clamped to the index's lists or vectors when searching
+    if chunking is not None:
+        raise EmbedkitError(
+            "queries are encoded whole; chunking cuts documents: 'embedkit encode --chunking ...', recorded in the "
+            "index, which search then follows",
+            field="--chunking",
+        )
+    from embedkit.search.chunks import Aggregation
+
+    chunk_scores = None
+    if aggregation is not None or sum_top is not None:
+        chunk_scores = Aggregation(aggregation or "maxp", sum_top).check()
     runtime = opt.ModelOptions(model=model, dtype=dtype, device=device, backend=backend).check()
     check_output_file(output, overwrite, looks_like_run, "TREC run")
     refuse_inside_other_output(output, "TREC run")
@@ -71,7 +85,11 @@ def search(
             late.set_search_params(nprobe=nprobe)
     if sparse is not None:
         opt.refuse_unused({"--filter": metadata_filter}, "with a sparse or multi-vector index")
+        opt.refuse_unused({"--aggregation": aggregation, "--sum-top": sum_top}, "with a sparse or multi-vector index")
     opened = sparse if sparse is not None else load_index(index)  # files checked before any model loads
+    from embedkit.search.chunks import check_aggregation
+
+    check_aggregation(opened, chunk_scores)
     if metadata_filter is not None:
         if not hasattr(opened, "store"):
             raise EmbedkitError("needs an index that takes updates (it has no store.sqlite)", field="--filter")
@@ -110,6 +128,7 @@ def search(
         ef_search=ef_search,
         rescore=rescore,
         filter=metadata_filter,
+        aggregation=chunk_scores,
     )
     write_run(output, run)
     typer.echo(f"{len(run)} queries searched; run written to {output}")

@@ -26,6 +26,8 @@ def serve(
     access_log: Annotated[bool, typer.Option("--access-log", help="Log every request on stderr.")] = False,
     nprobe: opt.Nprobe = None,
     ef_search: opt.EfSearch = None,
+    aggregation: opt.Aggregation = None,
+    sum_top: opt.SumTop = None,
     model: Annotated[
         Optional[str],
         typer.Option("--model", "-m", help="Model folder or Hub name (default: the one recorded in the index)."),
@@ -54,6 +56,11 @@ def serve(
     ).check()
     check_number(nprobe, "--nprobe", minimum=1, maximum=1 << 20)  # FAISS clamps nprobe to the index's lists
     check_number(ef_search, "--ef-search", minimum=1, maximum=1 << 20)  # a queue this deep is already exhaustive
+    from embedkit.search.chunks import Aggregation
+
+    chunk_scores = None
+    if aggregation is not None or sum_top is not None:
+        chunk_scores = Aggregation(aggregation or "maxp", sum_top).check()
     runtime = opt.ModelOptions(model=model, dtype=dtype, device=device, backend=backend).check()
     try:
         import fastapi  # noqa: F401
@@ -63,7 +70,9 @@ def serve(
     from embedkit.serving.loading import load_engine
 
     given = {name: value for name, value in vars(runtime).items() if value is not None}
-    engine = load_engine(index, dataset=dataset, data_dir=data_dir, nprobe=nprobe, ef_search=ef_search, **given)
+    engine = load_engine(
+        index, dataset=dataset, data_dir=data_dir, nprobe=nprobe, ef_search=ef_search, aggregation=chunk_scores, **given
+    )
     from embedkit.serving.app import serve as run_server
 
     run_server(engine, settings, access_log=access_log)

@@ -44,5 +44,7 @@ class InProcess:
     ) -> Iterator[dict[str, Any]]:
         for index in pending:
             ids, texts = shard_rows(corpus, index * shard_size, min(len(corpus), (index + 1) * shard_size))
-            vectors = model.encode_documents(texts, progress=progress)
-            yield commit_shard(folder, index, ids, vectors)
+            if getattr(model, "chunking", None) is not None:
+                yield commit_shard(folder, index, ids, model.encode_chunks(texts, progress=progress))
+            else:
+                yield commit_shard(folder, index, ids, model.encode_documents(texts, progress=progress))

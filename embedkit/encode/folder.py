@@ -168,7 +168,10 @@ class EmbeddingsFolder:
         vectors_path, ids_path = self.path / entry["embeddings"], self.path / entry["ids"]
         index = entry["index"]
         if index not in self._verified:
-            for path, key in ((vectors_path, "sha256"), (ids_path, "ids_sha256")):
+            files = [(vectors_path, "sha256"), (ids_path, "ids_sha256")]
+            if "spans" in entry:
+                files.append((self.path / entry["spans"], "spans_sha256"))
+            for path, key in files:
                 if not path.is_file():
                     raise EmbedkitError("missing from the embeddings folder; re-encode it", path=path)
                 if key in entry and sha256_file(path) != entry[key]:
@@ -196,6 +199,21 @@ class EmbeddingsFolder:
 
     def ids(self) -> list[str]:
         return [doc for entry in self.manifest["shards"] for doc in self.shard(entry, mmap=True)[0]]
+
+    @property
+    def chunking(self) -> dict[str, Any] | None:
+        """How documents were cut into chunk rows (ids ``<doc>#<n>``), or None when each row is a document."""
+        return self.settings.get("chunking")
+
+    def spans(self) -> np.ndarray:
+        """Each chunk row's ``[start, end)`` characters in its document's text (int64), in row order."""
+        if self.chunking is None:
+            raise EmbedkitError("holds whole documents, not chunks", path=self.path)
+        parts = []
+        for entry in self.manifest["shards"]:
+            self.shard(entry, mmap=True)  # verifies the spans file with the shard
+            parts.append(load_npy(self.path / entry["spans"], mmap=False))
+        return np.concatenate(parts) if parts else np.empty((0, 2), dtype=np.int64)
 
     @property
     def sparse(self) -> bool:
@@ -247,4 +265,8 @@ def shard_is_intact(folder: Path, shard: dict[str, Any]) -> bool:
     vectors, ids = folder / shard["embeddings"], folder / shard["ids"]
     if not (vectors.is_file() and ids.is_file()) or sha256_file(vectors) != shard["sha256"]:
         return False
+    if "spans" in shard:
+        spans = folder / shard["spans"]
+        if not spans.is_file() or sha256_file(spans) != shard["spans_sha256"]:
+            return False
     return "ids_sha256" not in shard or sha256_file(ids) == shard["ids_sha256"]

@@ -195,6 +195,11 @@ class RayExecutor:
         shard_size: int,
         progress: Any,
     ) -> Iterator[dict[str, Any]]:
+        if getattr(model, "chunking", None) is not None:
+            raise EmbedkitError(
+                "--executor ray does not chunk documents; encode chunks here or with --worker-id/--num-workers",
+                field="--chunking",
+            )
         if not pending:
             return
         ray = import_ray()
@@ -235,7 +240,7 @@ class RayExecutor:
             )
             for row in encoded.iter_rows():
                 entry = json.loads(row["entry"])
-                progress.update(entry["count"])
+                progress.update(entry.get("documents", entry["count"]))
                 yield entry
         except ray.exceptions.RayError as err:
             cause = getattr(err, "cause", None)

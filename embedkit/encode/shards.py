@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from embedkit.data.beir import doc_text
+from embedkit.models.chunking import Chunks
 from embedkit.multivector import TokenRows
 from embedkit.sparse import SparseRows
 from embedkit.storage import save_npy, save_npz, sha256_file, write_lines
@@ -36,12 +37,20 @@ def shard_rows(corpus: Any, start: int, stop: int) -> tuple[list[str], list[str]
 
 
 VECTOR_SUFFIXES = (".npy", ".npz")  # dense rows; sparse rows (``SparseRows``) or token vectors (``TokenRows``)
+SPANS_SUFFIX = ".spans.npy"  # a chunked shard's character spans, one ``[start, end)`` row per chunk
+CHUNK_SEPARATOR = "#"  # a chunk row's id is ``<document id>#<chunk number>``, pyserini's passage ids
 
 
-def shard_entry(folder: Path, index: int, count: int, suffix: str = ".npy") -> dict[str, Any]:
-    """The manifest entry of a shard whose two files are on disk."""
+def chunk_ids(ids: list[str], counts: np.ndarray) -> list[str]:
+    """``<id>#0``, ``<id>#1``, ... for each document's chunks (unique even where ids hold '#')."""
+    return [f"{doc_id}{CHUNK_SEPARATOR}{n}" for doc_id, count in zip(ids, counts.tolist()) for n in range(count)]
+
+
+def shard_entry(folder: Path, index: int, count: int, suffix: str = ".npy", documents: int | None = None) -> dict:
+    """The manifest entry of a shard whose files are on disk; ``documents``: a chunked shard's (``count`` is its
+    chunk rows), whose spans file is listed and hashed too."""
     name = shard_name(index)
-    return {
+    entry = {
         "index": index,
         "embeddings": f"{name}{suffix}",
         "ids": f"{name}.docid",
@@ -49,13 +58,27 @@ def shard_entry(folder: Path, index: int, count: int, suffix: str = ".npy") -> d
         "sha256": sha256_file(folder / f"{name}{suffix}"),
         "ids_sha256": sha256_file(folder / f"{name}.docid"),
     }
+    if documents is not None:
+        entry |= {
+            "documents": documents,
+            "spans": f"{name}{SPANS_SUFFIX}",
+            "spans_sha256": sha256_file(folder / f"{name}{SPANS_SUFFIX}"),
+        }
+    return entry
 
 
 def commit_shard(
-    folder: Path, index: int, ids: list[str], vectors: np.ndarray | SparseRows | TokenRows
+    folder: Path, index: int, ids: list[str], vectors: np.ndarray | SparseRows | TokenRows | Chunks
 ) -> dict[str, Any]:
-    """Write the ids, then the vectors (each atomically): a shard's vector file existing means it is complete."""
+    """Write the ids, then the vectors (each atomically): a shard's vector file existing means it is complete.
+
+    ``Chunks`` (a chunked encode) are written as rows ``<id>#<n>`` with their character spans beside them."""
     name = shard_name(index)
+    if isinstance(vectors, Chunks):
+        write_lines(folder / f"{name}.docid", chunk_ids(ids, vectors.counts))
+        save_npy(folder / f"{name}{SPANS_SUFFIX}", vectors.spans)
+        save_npy(folder / f"{name}.npy", vectors.vectors)
+        return shard_entry(folder, index, len(vectors.vectors), documents=len(ids))
     write_lines(folder / f"{name}.docid", ids)
     if isinstance(vectors, TokenRows):  # with its tokens and stored bytes per document, what a late index holds
         save_npz(folder / f"{name}.npz", offsets=vectors.offsets, vectors=vectors.vectors)
@@ -72,6 +95,9 @@ def committed_shard(folder: Path, index: int, count: int) -> dict[str, Any] | No
     name = shard_name(index)
     for suffix in VECTOR_SUFFIXES:
         if (folder / f"{name}{suffix}").is_file() and (folder / f"{name}.docid").is_file():
+            if (folder / f"{name}{SPANS_SUFFIX}").is_file():  # chunk rows: counted in the docid file
+                rows = len((folder / f"{name}.docid").read_text(encoding="utf-8").splitlines())
+                return shard_entry(folder, index, rows, suffix, documents=count)
             return shard_entry(folder, index, count, suffix)
     return None
 
@@ -79,5 +105,5 @@ def committed_shard(folder: Path, index: int, count: int) -> dict[str, Any] | No
 def remove_shard_files(folder: Path, indexes: list[int]) -> None:
     """Files of shards no manifest lists (a killed run's last shard): the executor that redoes them starts clean."""
     for index in indexes:
-        for ext in ("npy", "npz", "docid"):
+        for ext in ("npy", "npz", "docid", SPANS_SUFFIX[1:]):
             (folder / f"{shard_name(index)}.{ext}").unlink(missing_ok=True)

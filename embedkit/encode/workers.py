@@ -105,7 +105,7 @@ def merge_encoded_parts(folder: str | Path, num_workers: int | None = None) -> E
                 path=folder / f"shard-{index:05d}.npy",
             )
         expected_count = min(documents, (index + 1) * shard_size) - index * shard_size
-        if shard["count"] != expected_count or not shard_is_intact(folder, shard):
+        if shard.get("documents", shard["count"]) != expected_count or not shard_is_intact(folder, shard):
             raise EmbedkitError(
                 f"missing or changed since worker {owner} encoded it (sha256 or count differs from its part "
                 f"manifest); rerun worker --worker-id {owner} to re-encode it",
@@ -126,6 +126,8 @@ def merge_encoded_parts(folder: str | Path, num_workers: int | None = None) -> E
         "library_versions": versions[0],
         "workers": num_workers,
     }
+    if "documents" in first:  # chunk rows: how many documents they cut
+        merged["documents"] = sum(shard["documents"] for shard in ordered)
     if any(v != versions[0] for v in versions):  # worth knowing if the embeddings ever look inconsistent
         merged["library_versions_by_worker"] = versions
     with output_lock(folder / MANIFEST):

@@ -95,7 +95,7 @@ def _remove_temporaries(folder: Path, block: range, own: Path) -> None:
     if own.name == MANIFEST:
         stale = list(folder.glob(".*.tmp"))
     else:
-        names = [own.name, *(f"shard-{i:05d}.{ext}" for i in block for ext in ("npy", "docid"))]
+        names = [own.name, *(f"shard-{i:05d}.{ext}" for i in block for ext in ("npy", "docid", "spans.npy"))]
         stale = [path for name in names for path in folder.glob(f".{name}.*.tmp")]
     for path in stale:
         path.unlink(missing_ok=True)
@@ -214,6 +214,8 @@ def _encode_block(
         def record() -> None:
             manifest["shards"] = [done[i] for i in sorted(done)]
             manifest["count"] = sum(s["count"] for s in manifest["shards"])
+            if getattr(model, "chunking", None) is not None:  # rows are chunks: how many documents they cut
+                manifest["documents"] = sum(s["documents"] for s in manifest["shards"])
             manifest["complete"] = len(done) == len(block)
             write_json(own, manifest)
 
@@ -224,7 +226,7 @@ def _encode_block(
         show = len(corpus) >= 1000 if show_progress is None else show_progress
         desc = f"Encoding corpus (worker {worker_id}/{num_workers})" if worker else "Encoding corpus"
         with tqdm(total=block_docs, desc=desc, unit="doc", disable=not show) as bar:
-            bar.update(sum(shard["count"] for shard in done.values()))
+            bar.update(sum(shard.get("documents", shard["count"]) for shard in done.values()))
             pending = [index for index in block if index not in done]
             remove_shard_files(folder, pending)
             for entry in (executor or InProcess()).encode_shards(model, corpus, folder, pending, shard_size, bar):

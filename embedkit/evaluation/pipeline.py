@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import time
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -139,6 +139,7 @@ def evaluate(
         absent = check_absent_judged(data, split, options.absent_judged, "absent_judged")
     with timer("load_model") if dense_part(spec) or sparse_part(spec) or late_part(spec) else nullcontext():
         retrievals = _model_retrievals(spec, model, options.sparse_model, cache_dir)
+    spec = _with_aggregation(spec, retrievals, options.harness)
     encoded = next(iter(retrievals.values()), None)  # the run's model's retrieval (dense, or sparse alone)
     wanted = max(k, spec.fusion.depth) if isinstance(spec, Hybrid) else k  # a fusion reads each part to its depth
     depth = min(int(wanted), len(data.corpus))  # a k above the corpus size returns the whole corpus
@@ -236,6 +237,29 @@ def evaluate(
             write_report(Path(output) / name, report, run, per_query, options.overwrite, attachments)
         )
     return report
+
+
+def _with_aggregation(spec: Retriever, retrievals: dict[str, Any], harness: str) -> Retriever:
+    """The spec as run: a chunked model's dense part aggregates by MaxP unless told otherwise (and the report says
+    so); an aggregation without chunks is refused, as is MTEB's harness, which encodes documents whole."""
+    dense, retrieval = dense_part(spec), retrievals.get("dense")
+    if dense is None or retrieval is None:
+        return spec
+    if retrieval.model.chunking is None:
+        if dense.aggregation_setting is not None:
+            raise EmbedkitError(
+                "combines the scores of a document's chunks; this model encodes documents whole (give it a chunking)",
+                field="aggregation",
+            )
+        return spec
+    if harness == "mteb":
+        message = "the mteb harness encodes documents whole; evaluate chunks with embedkit's"
+        raise EmbedkitError(message, field="harness")
+    if dense.aggregation is not None:
+        return spec
+    resolved = replace(dense, aggregation="maxp")
+    retrieval.spec = resolved
+    return resolved if isinstance(spec, Dense) else replace(spec, dense=resolved)
 
 
 def _model_retrievals(

@@ -12,6 +12,7 @@ import numpy as np
 
 from embedkit.data.beir import doc_text
 from embedkit.errors import EmbedkitError
+from embedkit.models.chunking import Chunking, Chunks
 from embedkit.models.reference import weights_sha256
 from embedkit.validation import check_sequence, check_text, check_texts
 
@@ -42,6 +43,7 @@ class EmbeddingModel:
         batch_tokens: int | None = None,
         backend: str = "torch",
         backend_config: dict[str, Any] | None = None,
+        chunking: Chunking | None = None,
     ) -> None:
         self.st = st
         self.name = name
@@ -58,6 +60,8 @@ class EmbeddingModel:
         self.batch_tokens = batch_tokens or (4096 if device == "cpu" else 65536)
         self.backend = backend
         self.backend_config = backend_config or {}
+        # how documents become rows (``encode_chunks``); queries are always encoded whole
+        self.chunking = chunking if chunking is not None and chunking.active else None
 
     @property
     def max_length(self) -> int | None:
@@ -92,6 +96,8 @@ class EmbeddingModel:
         }
         if self.backend_config:  # how an int8 or ONNX backend was built: its quantisation, its runtime's version
             settings["backend_config"] = self.backend_config
+        if self.chunking is not None:  # absent when documents are encoded whole, so older records keep their keys
+            settings["chunking"] = self.chunking.to_dict()
         return settings
 
     def encode(
@@ -118,6 +124,14 @@ class EmbeddingModel:
         """Embed document texts (a list of strings) with the document prompt."""
         documents = check_texts(documents, "documents")
         return self._encode(documents, self.document_prompt, kwargs.get("show_progress"), kwargs.get("progress"))
+
+    def encode_chunks(self, documents: Sequence[str], progress: Any = None) -> Chunks:
+        """Embed document texts as chunk rows (``chunking``): vectors, character spans, chunks per document."""
+        from embedkit.models.chunked_encode import encode_chunks
+
+        if self.chunking is None:
+            raise EmbedkitError("this model encodes documents whole; load it with a chunking", field="chunking")
+        return encode_chunks(self, check_texts(documents, "documents"), self.chunking, progress)
 
     def encode_corpus(self, corpus: Any, **kwargs: Any) -> np.ndarray:
         """Embed documents given as dicts with ``title``/``text`` (or plain strings) or as a ``datasets.Dataset``."""

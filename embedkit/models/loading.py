@@ -12,6 +12,8 @@ from transformers import AutoConfig
 
 from embedkit.errors import EmbedkitError
 from embedkit.models.backends import apply_backend
+from embedkit.models.chunked_encode import check_chunkable
+from embedkit.models.chunking import Chunking
 from embedkit.models.device import effective_dtype, pick_device
 from embedkit.models.dupmae_pooling import DupMAEPooling
 from embedkit.models.embedding_model import EmbeddingModel
@@ -104,6 +106,7 @@ def load_model(
     max_active_dims: int | None = None,
     pool_factor: float | None = None,
     token_dtype: str | None = None,
+    chunking: Chunking | dict | str | None = None,
 ) -> EmbeddingModel:
     """Load an embedding model; ``None`` is the packaged all-MiniLM-L6-v2.
 
@@ -114,11 +117,17 @@ def load_model(
     once and runs float32, and is recorded as such. A sentence-transformers ``SparseEncoder`` folder loads as a
     ``SparseModel`` (``max_active_dims`` caps its vectors) and a ``MultiVectorEncoder`` folder as a
     ``MultiVectorModel`` (``pool_factor``: hierarchical token pooling of documents; ``token_dtype``: float16 or
-    float32 token vectors).
+    float32 token vectors). ``chunking`` (a ``Chunking``, its mapping or a method name) cuts documents into chunk
+    rows (``EmbeddingModel.encode_chunks``); a dense model's only.
     A local folder is recorded by its absolute path, so what is recorded reloads from any working directory.
     """
     check_number(max_length, "max_length", minimum=1)
     check_number(batch_tokens, "batch_tokens", minimum=1)
+    chunking = chunking if isinstance(chunking, Chunking) or chunking is None else Chunking.from_dict(chunking)
+    if chunking is not None:
+        chunking.check()
+        if not chunking.active:
+            chunking = None
     backend = backend or "torch"
     device = check_run_options(dtype, backend, device)
     reference = resolve_model(name_or_path, revision)
@@ -130,7 +139,9 @@ def load_model(
     sparse, multivector = path.is_dir() and is_sparse_folder(path), path.is_dir() and is_multivector_folder(path)
     if sparse or multivector:
         what = "a sparse model (SparseEncoder)" if sparse else "a multi-vector model (MultiVectorEncoder)"
-        _refuse_dense_options(what, path, pooling=pooling, normalize=normalize, backend=backend != "torch")
+        _refuse_dense_options(
+            what, path, pooling=pooling, normalize=normalize, backend=backend != "torch", chunking=chunking
+        )
     if sparse:
         _refuse_dense_options(what, path, pool_factor=pool_factor, token_dtype=token_dtype)
         check_number(max_active_dims, "max_active_dims", minimum=1)
@@ -164,7 +175,7 @@ def load_model(
         model.max_seq_length = max_length
     backend_config = apply_backend(model, backend, dtype)
     prompts = getattr(model, "prompts", {}) or {}
-    return EmbeddingModel(
+    embedder = EmbeddingModel(
         model,
         name=name,
         local_path=path if path.is_dir() else None,
@@ -178,7 +189,11 @@ def load_model(
         batch_tokens=batch_tokens,
         backend=backend,
         backend_config=backend_config,
+        chunking=chunking,
     )
+    if chunking is not None:
+        check_chunkable(embedder, chunking)
+    return embedder
 
 
 def _refuse_dense_options(what: str, path: Path | None, **given: Any) -> None:
@@ -199,7 +214,7 @@ def load_model_from_settings(settings: dict[str, Any], **runtime: Any) -> Embedd
         "max_length": settings.get("max_length"),
         "normalize": settings.get("normalize"),
     }
-    for key in ("max_active_dims", "pool_factor", "token_dtype"):  # a sparse or multi-vector model's own
+    for key in ("max_active_dims", "pool_factor", "token_dtype", "chunking"):  # a sparse or multi-vector model's own
         if settings.get(key) is not None:
             recorded[key] = settings[key]
     recorded.update({key: value for key, value in runtime.items() if key != "model"})

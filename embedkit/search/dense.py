@@ -21,6 +21,7 @@ from embedkit.index.faiss_index import Index
 from embedkit.index.partitioned import PartitionedIndex
 from embedkit.models.embedding_model import EmbeddingModel
 from embedkit.protocols import Run
+from embedkit.search.chunks import Aggregation, check_aggregation, chunking_of, search_chunked
 from embedkit.search.retriever import Dense
 
 
@@ -35,17 +36,25 @@ def dense_search(
     ef_search: int | None = None,
     rescore: int | None = None,
     filter: str | None = None,
+    aggregation: Aggregation | None = None,
 ) -> Run:
     """Top-``k`` documents per query (``filter``: a ``LiveIndex``'s metadata condition); with ``ignore_identical_ids``
     a hit whose id equals the query id is dropped (BEIR's rule for ArguAna and Quora), searching one deeper so ``k``
-    hits remain. ``rescore=N`` re-ranks the top ``k*N`` by exact float scores (see ``Index.search``)."""
+    hits remain. ``rescore=N`` re-ranks the top ``k*N`` by exact float scores (see ``Index.search``). An index of
+    chunk rows gives documents scored by ``aggregation`` (MaxP by default; ``embedkit.search.chunks``)."""
+    check_aggregation(index, aggregation)
     query_ids = list(queries)
     vectors = model.encode_queries([queries[q] for q in query_ids])
     depth = k + 1 if ignore_identical_ids else k
     extra = {} if rescore is None else {"rescore": rescore}
     if filter is not None:
         extra["filter"] = filter
-    scores, hits = index.search(vectors, depth, nprobe=nprobe, ef_search=ef_search, **extra)
+    if chunking_of(index) is not None:
+        found = search_chunked(index, vectors, depth, aggregation, nprobe=nprobe, ef_search=ef_search, **extra)
+        scores = [[hit.score for hit in row] for row in found]
+        hits = [[hit.document for hit in row] for row in found]
+    else:
+        scores, hits = index.search(vectors, depth, nprobe=nprobe, ef_search=ef_search, **extra)
     run: Run = {}
     for query_id, row_scores, row_ids in zip(query_ids, scores, hits):
         pairs = [(d, float(s)) for d, s in zip(row_ids, row_scores) if not (ignore_identical_ids and d == query_id)]
@@ -96,4 +105,7 @@ class DenseRetrieval:
         return self._index[data.corpus_sha256]
 
     def search(self, data: BeirDataset, queries: dict[str, str], k: int, ignore_identical_ids: bool = False) -> Run:
-        return dense_search(self.model, self.index(data), queries, k, ignore_identical_ids=ignore_identical_ids)
+        aggregation = self.spec.aggregation_setting
+        return dense_search(
+            self.model, self.index(data), queries, k, ignore_identical_ids=ignore_identical_ids, aggregation=aggregation
+        )

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, ClassVar, Union
 
 from embedkit.errors import EmbedkitError
+from embedkit.search.chunks import Aggregation
 from embedkit.settings_file import build
 from embedkit.validation import check_number, check_whole
 
@@ -36,13 +37,22 @@ def _choose(value: str, choices: tuple[str, ...], name: str) -> None:
 
 @dataclass(frozen=True)
 class Dense:
-    """The model's vectors in a FAISS index (any factory string) searched with ``metric``."""
+    """The model's vectors in a FAISS index (any factory string) searched with ``metric``; ``aggregation`` (and
+    ``sum_top``) turn a chunked model's chunk scores into document scores (``embedkit.search.chunks``)."""
 
     factory: str = "Flat"
     metric: str = "ip"
     nprobe: int | None = None
     ef_search: int | None = None
+    aggregation: str | None = None
+    sum_top: int | None = None
     type: ClassVar[str] = "dense"
+
+    @property
+    def aggregation_setting(self) -> Aggregation | None:
+        if self.aggregation is None and self.sum_top is None:
+            return None
+        return Aggregation(self.aggregation or "maxp", self.sum_top)
 
     @property
     def label(self) -> str:  # its part of a report folder's name
@@ -55,6 +65,8 @@ class Dense:
         check_factory(self.factory, metric=self.metric)  # the string alone: one line before any encoding
         for name in ("nprobe", "ef_search"):
             check_whole(getattr(self, name), name, minimum=1, maximum=MAX_SEARCH_PARAM)
+        if self.aggregation_setting is not None:
+            self.aggregation_setting.check()
         return self
 
 
@@ -194,10 +206,22 @@ def to_dict(retriever: Retriever) -> dict[str, Any]:
     """``{"type": ..., field: value ...}``; a hybrid's parts are nested mappings of the same shape (without type), a
     part left out is None (but an absent sparse part is not written, so hybrids made before it existed keep their
     settings hash)."""
-    values = asdict(retriever)
+    values = _without_unset(asdict(retriever))
     if isinstance(retriever, Hybrid) and retriever.sparse is None:
         del values["sparse"]
     return {"type": retriever.type, **values}
+
+
+def _without_unset(values: dict[str, Any]) -> dict[str, Any]:
+    """A dense spec (or part) without ``aggregation``/``sum_top`` when unset: records from before chunking keep
+    their settings hash."""
+    for key in ("aggregation", "sum_top"):
+        if key in values and values[key] is None:
+            del values[key]
+    for key, value in values.items():
+        if isinstance(value, dict):
+            values[key] = _without_unset(value)
+    return values
 
 
 def _part(cls: type, values: Any, name: str, path: Any) -> Any:

@@ -13,7 +13,17 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from embedkit.data.beir import doc_text
 from embedkit.errors import EmbedkitError
+from embedkit.search.chunks import (
+    Aggregation,
+    DocumentHit,
+    check_aggregation,
+    chunk_map,
+    chunking_of,
+    search_chunked,
+    split_chunk_id,
+)
 from embedkit.validation import check_texts, check_whole
 
 if TYPE_CHECKING:
@@ -35,8 +45,12 @@ class Engine:
         dataset: BeirDataset | None = None,
         snippet_chars: int = 300,
         index_path: str | Path | None = None,
+        aggregation: Aggregation | None = None,
     ) -> None:
         index.check_model(model.settings)  # refuse a model other than the index's, as 'embedkit search' does
+        check_aggregation(index, aggregation)
+        # an index of chunk rows answers with documents (their best chunk's text as the snippet)
+        self.aggregation = (aggregation or Aggregation()) if chunking_of(index) is not None else None
         if model.dim != index.dim:
             raise EmbedkitError(
                 f"the model gives {model.dim}-d vectors, the index holds {index.dim}-d", field="--model"
@@ -48,7 +62,8 @@ class Engine:
         self.index_path = None if index_path is None else str(Path(index_path).resolve())
         self.model_lock = threading.Lock()  # the batcher's worker and the document writer share the model
         if dataset is not None and not hasattr(index, "store"):  # a changed index holds documents added since
-            missing = [doc_id for doc_id in index.ids if doc_id not in dataset.row_of]
+            ids = index.ids if self.aggregation is None else chunk_map(index).documents
+            missing = [doc_id for doc_id in ids if doc_id not in dataset.row_of]
             if missing:
                 raise EmbedkitError(
                     f"the index holds {len(missing)} document ids the corpus lacks (e.g. '{missing[0]}'): "
@@ -105,8 +120,11 @@ class Engine:
                 by_k.setdefault(k, []).append(position)
         for k, positions in by_k.items():
             rows = np.concatenate([np.arange(bounds[p], bounds[p + 1]) for p in positions])
-            scores, hits = self.index.search(vectors[rows], max(1, min(k, len(self.index))))
-            found = self._hits(scores, hits)
+            if self.aggregation is not None:
+                found = self._document_hits(search_chunked(self.index, vectors[rows], k, self.aggregation))
+            else:
+                scores, hits = self.index.search(vectors[rows], max(1, min(k, len(self.index))))
+                found = self._hits(scores, hits)
             start = 0
             for p in positions:
                 count = int(bounds[p + 1] - bounds[p])
@@ -141,13 +159,43 @@ class Engine:
             for row in found
         ]
 
-    def _documents(self, doc_ids: set[str]) -> dict[str, dict[str, str | None]]:
+    def _document_hits(self, found: list[list[DocumentHit]]) -> list[list[Hit]]:
+        """Documents from chunk hits; with a dataset, the snippet is the text of the chunk that scored."""
+        documents = self._documents({hit.document for row in found for hit in row}, whole=True)
+        out = []
+        for row in found:
+            hits = []
+            for hit in row:
+                document = documents.get(hit.document)
+                snippet = None
+                if document is not None:
+                    start, end = self._chunk_span(document["text"], self.index.ids[hit.chunk])
+                    snippet = _snippet(document["text"][start:end], self.snippet_chars)
+                title = None if document is None else document["title"]
+                hits.append({"id": hit.document, "score": hit.score, "title": title, "snippet": snippet})
+            out.append(hits)
+        return out
+
+    def _chunk_span(self, text: str, chunk_id: str) -> tuple[int, int]:
+        from embedkit.models.chunked_encode import document_spans
+
+        with self.model_lock:  # the tokenizer is the model's
+            spans = document_spans(self.model, text)
+        number = split_chunk_id(chunk_id)[1]
+        return (0, len(text)) if number >= len(spans) else tuple(spans[number].tolist())
+
+    def _documents(self, doc_ids: set[str], whole: bool = False) -> dict[str, dict[str, str | None]]:
         """Title and the start of the text of each id (nothing without a dataset)."""
         if self.dataset is None or not doc_ids:
             return {}
         wanted = sorted(doc_ids, key=self.dataset.row_of.__getitem__)
         columns = self.dataset.corpus[[self.dataset.row_of[doc_id] for doc_id in wanted]]
         titles = columns.get("title") or [""] * len(wanted)
+        if whole:  # the text a chunked encode cut, whose character spans the chunks are
+            return {
+                doc_id: {"title": title or None, "text": doc_text({"title": title, "text": text})}
+                for doc_id, title, text in zip(wanted, titles, columns["text"])
+            }
         return {
             doc_id: {"title": title or None, "snippet": _snippet(text, self.snippet_chars)}
             for doc_id, title, text in zip(wanted, titles, columns["text"])

@@ -17,11 +17,13 @@ def load_engine(
     nprobe: int | None = None,
     ef_search: int | None = None,
     snippet_chars: int = 300,
+    aggregation: Any = None,
     **runtime: Any,
 ) -> Engine:
     """Open everything a server needs, files first (a bad index or dataset fails before the model loads).
 
-    ``runtime`` is ``model``, ``dtype``, ``device``, ``backend``: as for ``load_model_from_settings``.
+    ``runtime`` is ``model``, ``dtype``, ``device``, ``backend``: as for ``load_model_from_settings``;
+    ``aggregation`` how a chunked index's chunk scores make a document's (``embedkit.search.chunks``).
     """
     from embedkit.data.beir import load_dataset
     from embedkit.index.partitioned import load_index
@@ -37,6 +39,8 @@ def load_engine(
 
         if nprobe is not None or ef_search is not None:
             raise EmbedkitError("--nprobe and --ef-search search a FAISS index, not this one", field="--nprobe")
+        if aggregation is not None:
+            raise EmbedkitError("combines chunk scores of a FAISS index of chunks, not this one", field="--aggregation")
         data = load_dataset(dataset, data_dir=data_dir) if dataset is not None else None
         model = load_model_from_settings(sparse.settings, **runtime)
         engine = SparseEngine if late is None else LateInteractionEngine
@@ -49,4 +53,4 @@ def load_engine(
         data = load_dataset(dataset, data_dir=data_dir)
         data.row_of  # noqa: B018 - reads the corpus now, so a broken corpus file fails before the model loads
     model = load_model_from_settings(opened.meta.get("model") or {}, **runtime)
-    return Engine(model, opened, data, snippet_chars=snippet_chars, index_path=index)
+    return Engine(model, opened, data, snippet_chars=snippet_chars, index_path=index, aggregation=aggregation)

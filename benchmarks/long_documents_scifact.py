@@ -1,0 +1,232 @@
+"""Long documents on SciFact: truncation (today) against window, sentence and late chunks with MaxP, at 128 and 256
+tokens, chosen on dev, with held-out transfer, the fine-tuned model under the chosen arm, encode time and sizes.
+
+    python benchmarks/long_documents_scifact.py --stage arms       # every arm on SciFact dev and test
+    python benchmarks/long_documents_scifact.py --stage transfer   # the six classic collections, per arm
+    python benchmarks/long_documents_scifact.py --stage finetuned  # the dense fine-tune under the chosen arm
+    python benchmarks/long_documents_scifact.py --table
+
+Data: the dense fine-tune study's SciFact folder (``benchmarks/finetune_scifact.py``: train qrels split 90/10 into
+train and dev, seeded) and its dev-chosen ``epochs-6-dev`` model. The model is the default all-MiniLM-L6-v2 (mean
+pooling, normalised). Arms, each at L = 128 and 256 tokens:
+
+- ``truncate@L``: each document's first L tokens (max length L), as every score before this study;
+- ``window@L``: chunks of L tokens (special tokens included, no overlap), each encoded alone (max length L);
+- ``sentence@L``: whole sentences packed into chunks of at most L tokens (no overlap), each encoded alone;
+- ``late@L``: the window spans, pooled from one encode of the whole document read in windows of the model's 512
+  positions (a window re-reads the default quarter of its content as context: 127 tokens).
+
+A chunked arm is scored with MaxP, FirstP and SumP (top 3) on dev; its test score is MaxP's (the issue's arm) and
+the chosen setting's. The setting to report is the best dev nDCG@10 over every chunked arm and aggregation; test and
+the six classic collections choose nothing. Encode time is one encode of the whole corpus into an empty cache (the
+model loaded before the clock starts), size the embeddings folder's vector files. The criteria are fixed in
+RESULTS.md ("Long documents") before any arm ran.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import numpy as np
+
+from embedkit import EvaluateOptions, evaluate, load_dataset, load_model
+from embedkit.encode.cache import cached_corpus_embeddings
+from embedkit.evaluation.compare import compare_runs
+from embedkit.models.chunking import Chunking
+from embedkit.search import Dense
+
+BEIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "beir"
+TRANSFER = ("cranfield", "cisi", "medline", "cacm", "npl", "lisa")
+LENGTHS = (128, 256)
+METHODS = ("truncate", "window", "sentence", "late")
+AGGREGATIONS = ("maxp", "firstp", "sump")
+POSITIONS = 512  # the default model's position table: how far a late encode reads at once
+ARMS = [f"{method}@{length}" for length in LENGTHS for method in METHODS]
+
+
+def arm_model(arm: str, model_path: str | Path | None = None):
+    """The model an arm encodes with: its max length and chunking."""
+    method, length = arm.split("@")
+    length = int(length)
+    if method == "truncate":
+        return load_model(model_path, max_length=length)
+    max_length = POSITIONS if method == "late" else length
+    return load_model(model_path, max_length=max_length, chunking=Chunking(method, size=length))
+
+
+def spec_of(arm: str, aggregation: str) -> Dense:
+    if arm.startswith("truncate"):
+        return Dense()
+    return Dense(aggregation=aggregation, sum_top=3 if aggregation == "sump" else None)
+
+
+def metrics_of(report: dict) -> dict[str, float]:
+    return {key: report["metrics"][key] for key in ("ndcg_at_10", "recall_at_100")}
+
+
+def encode_cost(model, data, cache: Path) -> dict:
+    """One encode of the corpus into the cache (timed where it encodes; a cache hit records nothing new)."""
+    start = time.perf_counter()
+    folder = cached_corpus_embeddings(model, data, cache)
+    seconds = time.perf_counter() - start
+    vector_bytes = sum(path.stat().st_size for path in folder.path.glob("shard-*.npy"))
+    cost = {"rows": folder.manifest["count"], "documents": len(data.corpus), "vector_bytes": vector_bytes}
+    return cost | ({"encode_s": round(seconds, 1)} if folder.encoded_shards else {})
+
+
+def score(model, spec: Dense, folder: Path, cache: Path, reports: Path, name: str, splits=("dev", "test")) -> dict:
+    row: dict = {}
+    for split in splits:
+        report = evaluate(
+            model, folder, split, spec, output=reports / name, cache_dir=cache, options=EvaluateOptions(overwrite=True)
+        )
+        row |= {f"{split}_{key}": value for key, value in metrics_of(report).items()}
+        row[f"{split}_report"] = report["folder"]
+    return row
+
+
+def arms_stage(results: dict, output: Path, finetune: Path, save) -> None:
+    folder, cache, reports = finetune / "scifact-dev", output / "cache", output / "reports"
+    data = load_dataset(folder)
+    for arm in ARMS:
+        if arm in results and "test_report" in results[arm]:
+            continue
+        model = arm_model(arm)
+        row = {"cost": encode_cost(model, data, cache)}
+        if arm.startswith("truncate"):
+            row |= score(model, Dense(), folder, cache, reports, arm)
+        else:
+            for aggregation in AGGREGATIONS:
+                splits = ("dev", "test") if aggregation == "maxp" else ("dev",)
+                scores = score(model, spec_of(arm, aggregation), folder, cache, reports, f"{arm}+{aggregation}", splits)
+                row[aggregation] = scores
+            row |= {key: value for key, value in row["maxp"].items()}
+        results[arm] = row
+        save()
+        print(arm, row["cost"], {k: v for k, v in row.items() if k.endswith("ndcg_at_10")}, flush=True)
+    choices = [(arm, agg) for arm in ARMS if not arm.startswith("truncate") for agg in AGGREGATIONS]
+    arm, aggregation = max(choices, key=lambda pair: results[pair[0]][pair[1]]["dev_ndcg_at_10"])
+    chosen = results[arm][aggregation]
+    if "test_report" not in chosen:
+        model = arm_model(arm)
+        chosen |= score(model, spec_of(arm, aggregation), folder, cache, reports, f"{arm}+{aggregation}", ("test",))
+    results["choice"] = {"arm": arm, "aggregation": aggregation, **chosen}
+    pairs = {
+        "chosen vs truncate@256": ("truncate@256", chosen["test_report"]),
+        **{f"{m}@{n} vs truncate@{n}": (f"truncate@{n}", results[f"{m}@{n}"]["test_report"])
+           for n in LENGTHS for m in METHODS[1:]},  # fmt: skip
+        **{f"late@{n} vs window@{n}": (results[f"window@{n}"]["test_report"], results[f"late@{n}"]["test_report"])
+           for n in LENGTHS},  # fmt: skip
+    }
+    results["compare"] = {}
+    for name, (baseline, other) in pairs.items():
+        baseline = results[baseline]["test_report"] if baseline in results else baseline
+        results["compare"][name] = compare_runs([baseline, other])["comparisons"][0]["tests"]
+    save()
+
+
+def transfer_stage(results: dict, output: Path, save) -> None:
+    """MaxP (the issue's aggregation) for every arm, and the chosen aggregation where it differs."""
+    cache = output / "cache"
+    chosen = results["choice"]
+    for arm in ARMS:
+        if "transfer" in results[arm]:
+            continue
+        model = arm_model(arm)
+        aggregations = ["maxp"]
+        if arm == chosen["arm"] and chosen["aggregation"] != "maxp":
+            aggregations.append(chosen["aggregation"])
+        row = {}
+        for aggregation in dict.fromkeys(aggregations):
+            spec = spec_of(arm, aggregation)
+            scores = {c: evaluate(model, BEIR / c, "test", spec, cache_dir=cache)["metrics"]["ndcg_at_10"]
+                      for c in TRANSFER}  # fmt: skip
+            row[aggregation] = {**scores, "mean": float(np.mean(list(scores.values())))}
+        results[arm]["transfer"] = row["maxp"]
+        if len(row) > 1:
+            results["choice"]["transfer"] = row[chosen["aggregation"]]
+        elif arm == chosen["arm"]:
+            results["choice"]["transfer"] = row["maxp"]
+        save()
+        print(arm, "transfer", results[arm]["transfer"]["mean"], flush=True)
+
+
+def finetuned_stage(results: dict, output: Path, finetune: Path, save) -> None:
+    """The fine-tuned model (``epochs-6-dev``) under the chosen arm, against its truncation at 256."""
+    recorded = json.loads((finetune / "result.json").read_text())["epochs-6-dev"]
+    chosen = results["choice"]
+    folder, cache, reports = finetune / "scifact-dev", output / "cache", output / "reports"
+    model = arm_model(chosen["arm"], finetune / "models" / "epochs-6-dev")
+    spec = spec_of(chosen["arm"], chosen["aggregation"])
+    row = {"cost": encode_cost(model, load_dataset(folder), cache)}
+    row |= score(model, spec, folder, cache, reports, f"finetuned:{chosen['arm']}+{chosen['aggregation']}")
+    row["truncate@256"] = {key: recorded[key] for key in ("dev_ndcg_at_10", "test_ndcg_at_10", "test_report")}
+    row["compare"] = compare_runs([recorded["test_report"], row["test_report"]])["comparisons"][0]["tests"]
+    results["finetuned"] = row
+    save()
+    print("finetuned", row["dev_ndcg_at_10"], row["test_ndcg_at_10"], flush=True)
+
+
+def tables(results: dict) -> str:
+    """The RESULTS.md tables from the JSON."""
+    lines = [
+        "| arm | dev nDCG@10 (MaxP / FirstP / SumP) | test nDCG@10 | test R@100 | rows | vectors MB | encode s |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for arm in ARMS:
+        row = results.get(arm)
+        if row is None:
+            continue
+        dev = f"{row['dev_ndcg_at_10']:.4f}"
+        if "maxp" in row:
+            dev = " / ".join(f"{row[a]['dev_ndcg_at_10']:.4f}" for a in AGGREGATIONS)
+        cost = row["cost"]
+        lines.append(
+            f"| {arm} | {dev} | {row['test_ndcg_at_10']:.4f} | {row['test_recall_at_100']:.3f} | {cost['rows']:,} | "
+            f"{cost['vector_bytes'] / 1e6:.1f} | {cost.get('encode_s', '-')} |"
+        )
+    for name, tests in results.get("compare", {}).items():
+        test = tests["ndcg_at_10"]
+        lines.append(f"- {name}: {test['delta']:+.4f} (p {test['randomization_p_value']:.3f})")
+    if any("transfer" in results.get(arm, {}) for arm in ARMS):
+        lines += ["", "| arm | " + " | ".join(TRANSFER) + " | mean |", "|---" * (len(TRANSFER) + 2) + "|"]
+        for arm in ARMS:
+            if "transfer" in results.get(arm, {}):
+                scores = results[arm]["transfer"]
+                lines.append(f"| {arm} | " + " | ".join(f"{scores[c]:.4f}" for c in [*TRANSFER, "mean"]) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--output", default="runs/long")
+    parser.add_argument("--finetune", default="runs/finetune", help="the dense fine-tune study's output folder")
+    parser.add_argument("--stage", choices=["arms", "transfer", "finetuned"], action="append", default=[])
+    parser.add_argument("--table", action="store_true")
+    args = parser.parse_args()
+    output, finetune = Path(args.output), Path(args.finetune)
+    output.mkdir(parents=True, exist_ok=True)
+    path = output / "result.json"
+    results = json.loads(path.read_text()) if path.is_file() else {}
+
+    def save() -> None:
+        path.write_text(json.dumps(results, indent=2))
+
+    if "arms" in args.stage:
+        arms_stage(results, output, finetune, save)
+    if "transfer" in args.stage:
+        transfer_stage(results, output, save)
+    if "finetuned" in args.stage:
+        finetuned_stage(results, output, finetune, save)
+    print(tables(results))
+
+
+if __name__ == "__main__":
+    main()
