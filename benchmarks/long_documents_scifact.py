@@ -120,10 +120,15 @@ def arms_stage(results: dict, output: Path, finetune: Path, save) -> None:
     results["choice"] = {"arm": arm, "aggregation": aggregation, **chosen}
     pairs = {
         "chosen vs truncate@256": ("truncate@256", chosen["test_report"]),
-        **{f"{m}@{n} vs truncate@{n}": (f"truncate@{n}", results[f"{m}@{n}"]["test_report"])
-           for n in LENGTHS for m in METHODS[1:]},  # fmt: skip
-        **{f"late@{n} vs window@{n}": (results[f"window@{n}"]["test_report"], results[f"late@{n}"]["test_report"])
-           for n in LENGTHS},  # fmt: skip
+        **{
+            f"{m}@{n} vs truncate@{n}": (f"truncate@{n}", results[f"{m}@{n}"]["test_report"])
+            for n in LENGTHS
+            for m in METHODS[1:]
+        },
+        **{
+            f"late@{n} vs window@{n}": (results[f"window@{n}"]["test_report"], results[f"late@{n}"]["test_report"])
+            for n in LENGTHS
+        },
     }
     results["compare"] = {}
     for name, (baseline, other) in pairs.items():
