@@ -15,6 +15,7 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "BeirDataset": "embedkit.data",
     "load_dataset": "embedkit.data",
+    "Chunking": "embedkit.models",
     "EmbeddingsFolder": "embedkit.encode",
     "encode_to_folder": "embedkit.encode",
     "EmbedkitError": "embedkit.errors",
@@ -41,6 +42,7 @@ _EXPORTS = {
 __all__ = [
     "BM25",
     "BeirDataset",
+    "Chunking",
     "Dense",
     "EmbeddingModel",
     "EmbeddingsFolder",
@@ -74,6 +76,6 @@ if TYPE_CHECKING:
     from embedkit.errors import EmbedkitError
     from embedkit.evaluation import EvaluateOptions, compute_metrics, evaluate
     from embedkit.index import Index, PartitionedIndex, ShardedIndex, load_index
-    from embedkit.models import EmbeddingModel, load_model
+    from embedkit.models import Chunking, EmbeddingModel, load_model
     from embedkit.reranking import RerankSettings, rerank
     from embedkit.search import BM25, Dense, Fusion, Hybrid, dense_search

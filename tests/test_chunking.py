@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from embedkit import load_model
 from embedkit.data.beir import doc_text
 from embedkit.errors import EmbedkitError
 from embedkit.index.faiss_index import Index
-from embedkit.models.chunking import Chunking, tokenize_document, window_spans
+from embedkit.models.chunking import Chunking, DocumentTokens, sentence_spans, tokenize_document, window_spans
 from embedkit.search.chunks import Aggregation, ChunkMap, aggregate, search_chunked
 
 TEXT = (
@@ -189,3 +193,55 @@ def test_doc_text_spans_are_what_the_snippet_shows(tiny):
     document = {"title": "Late chunking", "text": TEXT}
     text = doc_text(document)
     assert document_spans(tiny, text).tolist() == tiny.encode_chunks([text]).spans.tolist()
+
+
+# --- spans of generated documents ---------------------------------------------------------------------------------
+
+WORDS = st.lists(st.sampled_from(["alpha", "beta", "gamma.", "delta!", "eps?", "zeta", "eta.\n"]), max_size=120)
+
+
+def _word_tokens(words: list[str]) -> tuple[DocumentTokens, str]:
+    """A document whose tokens are its words (offsets as a tokenizer gives them)."""
+    text = " ".join(words)
+    offsets, position = [], 0
+    for word in words:
+        start = text.index(word, position)
+        offsets.append((start, start + len(word)))
+        position = start + len(word)
+    return DocumentTokens([], list(range(len(words))), offsets), text
+
+
+@settings(max_examples=300, deadline=None)
+@given(count=st.integers(0, 400), size=st.integers(1, 50), data=st.data())
+def test_window_spans_cover_every_token_in_steps_of_size_less_overlap(count, size, data):
+    overlap = data.draw(st.integers(0, size - 1))
+    spans = window_spans(count, size, overlap)
+    assert spans[0][0] == 0 and spans[-1][1] == count
+    assert all(0 < b - a <= size for a, b in spans) or count == 0
+    assert all(b[0] - a[0] == size - overlap for a, b in itertools.pairwise(spans))
+    assert all(b[0] < a[1] + 1 for a, b in itertools.pairwise(spans))  # no gap
+
+
+@settings(max_examples=300, deadline=None)
+@given(words=WORDS, size=st.integers(1, 30), data=st.data())
+def test_sentence_spans_cover_every_token_and_cut_only_at_sentence_ends_or_in_long_sentences(words, size, data):
+    overlap = data.draw(st.integers(0, size - 1))
+    tokens, text = _word_tokens(words)
+    spans = sentence_spans(tokens, text, size, overlap)
+    count = len(words)
+    if count == 0:
+        assert spans == [(0, 0)]
+        return
+    covered = set()
+    for a, b in spans:
+        assert 0 < b - a <= size
+        covered |= set(range(a, b))
+    assert covered == set(range(count)) and spans[0][0] == 0 and spans[-1][1] == count
+    for previous, current in itertools.pairwise(spans):
+        assert previous[0] < current[0] and current[1] > previous[1]  # every span moves on
+        assert previous[1] - current[0] <= overlap  # what it re-reads fits the overlap
+    ends = {i + 1 for i, word in enumerate(words) if word.rstrip()[-1] in ".!?"}
+    bounds = sorted({0, count} | ends)
+    longest = max(j - i for i, j in itertools.pairwise(bounds))
+    for _, b in spans[:-1]:
+        assert b in ends or longest > size  # a cut inside a sentence only where a sentence is longer than a chunk

@@ -40,15 +40,18 @@ def small_corpus(scifact_subset, tmp_path) -> Path:
     return path
 
 
-@pytest.mark.parametrize("kind", ["dense", "sparse", "multivector"])
+@pytest.mark.parametrize("kind", ["dense", "sparse", "multivector", "sentence-chunks", "late-chunks"])
 def test_killed_encode_resumes_to_identical_embeddings(kind, small_corpus, splade_folder, colbert_folder, tmp_path):
     """Acceptance: SIGKILL part-way (while a shard is being encoded), rerun, bit-identical shards to an
-    uninterrupted run, dense, sparse or multi-vector; a third run encodes nothing."""
+    uninterrupted run, dense, sparse, multi-vector or chunked (chunk rows and their spans); a third run encodes
+    nothing."""
     corpus = small_corpus
     model = {
         "dense": [],
         "sparse": ["--model", str(splade_folder), "--max-length", "32", "--max-active-dims", "64"],
         "multivector": ["--model", str(colbert_folder), "--max-length", "32"],
+        "sentence-chunks": ["--chunking", "sentence", "--chunk-size", "48", "--chunk-overlap", "16"],
+        "late-chunks": ["--chunking", "late", "--chunk-size", "48", "--max-length", "128"],
     }[kind]
     whole, resumed = tmp_path / "whole", tmp_path / "resumed"
     assert _encode(corpus, whole, *model).wait() == 0
@@ -72,6 +75,9 @@ def test_killed_encode_resumes_to_identical_embeddings(kind, small_corpus, splad
     a, b = EmbeddingsFolder.open(whole), EmbeddingsFolder.open(resumed)
     assert b.complete and a.ids() == b.ids() and (a.sparse, a.multivector) == (kind == "sparse", kind == "multivector")
     assert [s["sha256"] for s in a.manifest["shards"]] == [s["sha256"] for s in b.manifest["shards"]]
+    if kind.endswith("chunks"):  # every chunk row, its id and its characters
+        assert a.manifest["shards"] == b.manifest["shards"] and a.manifest["documents"] == 60
+        assert a.manifest["count"] > 60 and a.spans().tolist() == b.spans().tolist()
     assert sorted(p.name for p in whole.iterdir()) == sorted(p.name for p in resumed.iterdir())
 
     third = _encode(corpus, resumed, *model)

@@ -5,6 +5,7 @@ from typing import TYPE_CHECKING
 from embedkit._lazy import lazy_exports
 
 _EXPORTS = {
+    "Chunking": "embedkit.models.chunking",
     "DEFAULT_MODEL_NAME": "embedkit.models.reference",
     "EmbeddingModel": "embedkit.models.embedding_model",
     "default_model_path": "embedkit.models.reference",
@@ -14,6 +15,7 @@ _EXPORTS = {
 }
 __all__ = [
     "DEFAULT_MODEL_NAME",
+    "Chunking",
     "EmbeddingModel",
     "default_model_path",
     "load_model",
@@ -23,6 +25,7 @@ __all__ = [
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 if TYPE_CHECKING:
+    from embedkit.models.chunking import Chunking
     from embedkit.models.device import pick_device
     from embedkit.models.embedding_model import EmbeddingModel
     from embedkit.models.loading import load_model, load_model_from_settings

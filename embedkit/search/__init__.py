@@ -5,6 +5,7 @@ from typing import TYPE_CHECKING
 from embedkit._lazy import lazy_exports
 
 _EXPORTS = {
+    "Aggregation": "embedkit.search.chunks",
     "Bm25sSearcher": "embedkit.search.bm25",
     "BM25": "embedkit.search.retriever",
     "Dense": "embedkit.search.retriever",
@@ -23,6 +24,7 @@ _EXPORTS = {
 }
 __all__ = [
     "BM25",
+    "Aggregation",
     "Bm25sSearcher",
     "Dense",
     "DenseRetrieval",
@@ -42,6 +44,7 @@ __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 if TYPE_CHECKING:
     from embedkit.search.bm25 import Bm25sSearcher, bm25_searcher
+    from embedkit.search.chunks import Aggregation
     from embedkit.search.dense import DenseRetrieval, dense_search
     from embedkit.search.fusion import fuse, normalized_interpolation, reciprocal_rank_fusion
     from embedkit.search.late_interaction import LateInteractionRetrieval
