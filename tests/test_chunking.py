@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from embedkit import load_model
 from embedkit.data.beir import doc_text
 from embedkit.errors import EmbedkitError
+from embedkit.index.faiss_helpers import BuildSettings
 from embedkit.index.faiss_index import Index
 from embedkit.models.chunking import Chunking, DocumentTokens, sentence_spans, tokenize_document, window_spans
 from embedkit.search.chunks import Aggregation, ChunkMap, aggregate, search_chunked
@@ -264,3 +265,21 @@ def test_chunked_encodes_split_across_workers_merge_into_the_single_process_fold
         == (0 if row == 0 or chunks.parent[row] != chunks.parent[row - 1] else chunks.number[row - 1] + 1)
         for row in range(len(chunks.number))
     )
+
+
+def test_chunk_rows_are_refused_where_whole_documents_are_needed(tiny, tmp_path):
+    """An index that takes updates keys documents, and the Ray executor encodes documents whole: both refuse chunks
+    with one line rather than mixing chunk rows with documents."""
+    from embedkit.encode.ray_executor import RayExecutor, RaySettings
+    from embedkit.encode.writer import encode_to_folder
+    from embedkit.index import LiveIndex
+
+    tiny.chunking = Chunking("window", size=24)
+    corpus = [{"_id": f"d{i}", "text": TEXT[: 60 + 20 * i]} for i in range(4)]
+    folder = encode_to_folder(tiny, corpus, tmp_path / "emb")
+    Index.from_vectors(folder, BuildSettings()).save(tmp_path / "idx")
+    with pytest.raises(EmbedkitError, match="holds chunk rows"):
+        LiveIndex.open(tmp_path / "idx")
+    with pytest.raises(EmbedkitError, match="does not chunk documents") as caught:
+        next(RayExecutor(RaySettings()).encode_shards(tiny, corpus, tmp_path / "ray", [0], 10, None))
+    assert caught.value.field == "--chunking"

@@ -89,6 +89,7 @@ class Engine:
                 "dim": self.index.dim,
                 "search_params": dict(self.index.search_params),
                 "fields": dict(self.index.store.fields) if hasattr(self.index, "store") else {},
+                "aggregation": None if self.aggregation is None else self.aggregation.to_dict(),
             },
             "model": {**self.model_settings, "device": self.model.device},
             "dataset": None if self.dataset is None else {"name": self.dataset.name, "path": str(self.dataset.path)},
