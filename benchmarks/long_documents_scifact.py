@@ -20,8 +20,8 @@ pooling, normalised). Arms, each at L = 128 and 256 tokens:
 A chunked arm is scored with MaxP, FirstP and SumP (top 3) on dev; its test score is MaxP's (the issue's arm) and
 the chosen setting's. The setting to report is the best dev nDCG@10 over every chunked arm and aggregation; test and
 the six classic collections choose nothing. Sizes are the embeddings folder's vector files; encode speed is measured
-apart (``costs``) on an idle machine (an arm's ``encode_s`` is its whole-corpus encode, which ran beside other work). The criteria are fixed in
-RESULTS.md ("Long documents") before any arm ran.
+apart (``costs``) on an idle machine (an arm's ``encode_s`` is its whole-corpus encode, which ran beside other
+work). The criteria are fixed in RESULTS.md ("Long documents") before any arm ran.
 """
 
 from __future__ import annotations
