@@ -1,0 +1,49 @@
+"""MkDocs hook: writes the generated pages (CLI verbs, API names, benchmark results) into the build.
+
+Nothing generated is committed: each build reads the Typer app, `embedkit.__all__` and `benchmarks/results/`.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from mkdocs.structure.files import File
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE.parent)]
+
+import api_pages  # noqa: E402
+import cli_pages  # noqa: E402
+import results_pages  # noqa: E402
+
+GENERATORS = {"API": api_pages, "CLI": cli_pages, "Results": results_pages}
+_pages: dict[str, str] = {}
+
+
+def _expand(nav: list) -> list:
+    """Replace each generated section's index entry in the nav by the section with all its pages."""
+    out = []
+    for entry in nav:
+        if isinstance(entry, dict):
+            ((title, value),) = entry.items()
+            if title in GENERATORS:
+                entry = {title: GENERATORS[title].nav()}
+            elif isinstance(value, list):
+                entry = {title: _expand(value)}
+        out.append(entry)
+    return out
+
+
+def on_config(config):
+    _pages.clear()
+    for generator in GENERATORS.values():
+        _pages.update(generator.pages())
+    config["nav"] = _expand(config["nav"])
+    return config
+
+
+def on_files(files, config):
+    for path, content in _pages.items():
+        files.append(File.generated(config, path, content=content))
+    return files
