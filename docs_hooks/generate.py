@@ -5,6 +5,8 @@ Nothing generated is committed: each build reads the Typer app, `embedkit.__all_
 
 from __future__ import annotations
 
+import json
+import re
 import sys
 from pathlib import Path
 
@@ -17,6 +19,9 @@ import api_pages  # noqa: E402
 import cli_pages  # noqa: E402
 import results_pages  # noqa: E402
 
+RESULTS = HERE.parent / "benchmarks" / "results"
+# `{{ json FILE KEY.PATH FORMAT }}` in a page: that figure of benchmarks/results/FILE, formatted, at build time.
+FIGURE = re.compile(r"\{\{\s*json\s+(\S+)\s+(\S+)(?:\s+(\S+))?\s*\}\}")
 GENERATORS = {"API": api_pages, "CLI": cli_pages, "Results": results_pages}
 _pages: dict[str, str] = {}
 
@@ -47,3 +52,15 @@ def on_files(files, config):
     for path, content in _pages.items():
         files.append(File.generated(config, path, content=content))
     return files
+
+
+def figure(file: str, key_path: str, spec: str = "") -> str:
+    """One figure of a committed benchmark JSON (`key.path` walks nested keys and list indexes), formatted."""
+    value = json.loads((RESULTS / file).read_text())
+    for key in key_path.split("."):
+        value = value[int(key)] if isinstance(value, list) else value[key]
+    return format(value, spec)
+
+
+def on_page_markdown(markdown, page, config, files):
+    return FIGURE.sub(lambda match: figure(*(group for group in match.groups() if group)), markdown)
