@@ -62,5 +62,19 @@ def figure(file: str, key_path: str, spec: str = "") -> str:
     return format(value, spec)
 
 
+def layers() -> str:
+    """The import-linter `layers` contract of pyproject.toml as a numbered list, top layer first."""
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        import tomli as tomllib
+
+    config = tomllib.loads((HERE.parent / "pyproject.toml").read_text())["tool"]["importlinter"]
+    (contract,) = [c for c in config["contracts"] if c["type"] == "layers"]
+    rows = [" · ".join(f"`{name.strip()}`" for name in layer.split("|")) for layer in contract["layers"]]
+    return "\n".join(f"{i}. {row}" for i, row in enumerate(rows, 1))
+
+
 def on_page_markdown(markdown, page, config, files):
+    markdown = markdown.replace("{{ import_layers }}", layers())
     return FIGURE.sub(lambda match: figure(*(group for group in match.groups() if group)), markdown)

@@ -54,6 +54,14 @@ def test_no_page_loads_anything_from_the_web(site):
         assert not LOADED_FROM_WEB.search(source), f"{page}: {LOADED_FROM_WEB.search(source).group(0)}"
 
 
+def test_every_figure_and_fence_is_rendered(site):
+    """No `{{ json ... }}` figure left as written, and no fenced block (```python runnable) fallen into a paragraph."""
+    for page in site.rglob("*.html"):
+        source = page.read_text()
+        assert "{{" not in text_of(page), page
+        assert not re.search(r"<p><code>(python|bash)\b", source), page
+
+
 def test_api_page_shows_the_signature_of_evaluate(site):
     import embedkit
 
