@@ -129,17 +129,23 @@ def test_results_pages_are_generated_from_the_json(site):
     assert "python benchmarks/living_index_scifact.py" in page
 
 
-@pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="no /usr/bin/chromium (make test installs Debian's)")
-def test_api_page_in_headless_chromium(site, tmp_path):
+def dump_dom(page: Path, profile: Path) -> str:
+    """The DOM of a built page as headless Chromium renders it from disk."""
     flags = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"]
-    page = (site / "reference" / "api" / "evaluate.html").as_uri()
-    dumped = subprocess.run(
-        [CHROMIUM, *flags, f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", page],
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
+    command = [CHROMIUM, *flags, f"--user-data-dir={profile}", "--dump-dom", page.as_uri()]
+    dumped = subprocess.run(command, capture_output=True, text=True, timeout=180)
     assert dumped.returncode == 0, dumped.stderr[-2000:]
-    (signature,) = re.findall(r'class="doc-signature[^"]*">(.*?)</code>', dumped.stdout, re.DOTALL)
+    return dumped.stdout
+
+
+@pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="no /usr/bin/chromium (make test installs Debian's)")
+def test_reference_pages_in_headless_chromium(site, tmp_path):
+    dom = dump_dom(site / "reference" / "api" / "evaluate.html", tmp_path / "api")
+    (signature,) = re.findall(r'class="doc-signature[^"]*">(.*?)</code>', dom, re.DOTALL)
     shown = " ".join(html.unescape(re.sub(r"<[^>]+>", "", signature)).split())
     assert shown.startswith("evaluate( model: EmbeddingModel | str | None = None,"), shown
+    dom = dump_dom(site / "reference" / "cli" / "embedkit-index.html", tmp_path / "cli")
+    article = dom[dom.index("<article") : dom.index("</article>")]
+    cells = set(re.findall(r"<code>(--?[A-Za-z][\w-]*)</code>", article))
+    visible = [param for param in index_command().params if not param.hidden]
+    assert {flag for param in visible for flag in (*param.opts, *param.secondary_opts)} | {"--help"} <= cells
