@@ -7,7 +7,7 @@ export TRANSFORMERS_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: demo test test-slow docker-test lint bench clean
+.PHONY: demo test test-slow docker-test docs lint bench clean
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -64,8 +64,13 @@ docker-test: $(VENV)/.installed-dev /usr/bin/podman
 	@{ $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq podman buildah runc debootstrap >/dev/null; } \
 		|| { echo "make docker-test: apt-get could not install podman, buildah, runc and debootstrap" >&2; exit 2; }
 
+# The documentation site into site/ (gitignored), offline; --strict turns any warning (a broken link, a missing
+# reference, a nav entry without a page) into a failure. tests/test_docs.py runs the same build in `make test`.
+docs: $(VENV)/.installed-dev
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 bench: $(VENV)/.installed-dev
 	$(BIN)/python benchmarks/encode.py
 
 clean:
-	rm -rf $(VENV) runs .cache
+	rm -rf $(VENV) runs .cache site

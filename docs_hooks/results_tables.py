@@ -1,0 +1,176 @@
+"""The tables of each committed benchmark JSON, as Markdown. One function per file, named in results.yaml.
+
+Where a benchmark ships its own table code (`benchmarks/sparse_report.py`, `benchmarks/late_interaction_report.py`)
+it is called as is, so the site shows what RESULTS.md shows.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+TRANSFER = ("cacm", "cisi", "cranfield", "lisa", "medline", "npl")
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
+    return "\n".join([*lines, *("| " + " | ".join(row) + " |" for row in rows)])
+
+
+def _f(value, digits: int = 4) -> str:
+    return "" if value is None else f"{value:.{digits}f}"
+
+
+def _benchmark_module(name: str):
+    if str(BENCHMARKS) not in sys.path:
+        sys.path.append(str(BENCHMARKS))
+    return __import__(name)
+
+
+def _peer_label(peer: str) -> str:
+    """`sentence-transformers-bf16` as RESULTS.md heads its column: `ST bf16` (the plain one is `ST fp32`)."""
+    rest = peer.removeprefix("sentence-transformers").lstrip("-")
+    return f"ST {rest or 'fp32'}"
+
+
+def encode(path: Path) -> str:
+    data = json.loads(path.read_text())
+    encoders = data["encoders"]
+    peers = list(dict.fromkeys(peer for row in encoders.values() for peer in row["ratio_to"]))
+    short = {peer: "x " + _peer_label(peer) for peer in peers}
+    header = ["encoder", "precision", "texts/s", *short.values(), "min cos vs ST fp32", "min cos vs ST same precision"]
+    rows = []
+    for name, row in encoders.items():
+        cos, same = row.get("cosine_vs_st_fp32", {}), row.get("cosine_vs_st_same_precision", {})
+        label = f"{name} (batch {row['st_batch_size']})" if "st_batch_size" in row else name
+        rows.append(
+            [
+                label,
+                row["precision"],
+                _f(row["median_docs_per_s"], 1),
+                *(_f(row["ratio_to"].get(peer), 2) for peer in peers),
+                _f(cos.get("min"), 6),
+                _f(same.get("min"), 6),
+            ]
+        )
+    ndcg = [[name, _f(row["ndcg_at_10"])] for name, row in encoders.items() if "ndcg_at_10" in row]
+    text = _table(header, rows)
+    if ndcg:
+        text += "\n\nnDCG@10 on SciFact test (the whole corpus, exact inner product):\n\n"
+        text += _table(["encoder", "nDCG@10"], ndcg)
+    return text
+
+
+def encode_budget(path: Path) -> str:
+    data = json.loads(path.read_text())
+    medians = data["median_texts_per_s"]
+    budgets = sorted({int(key.rsplit(" ", 1)[1]) for key in medians if key.startswith("embedkit")})
+    rows = [["sentence-transformers, batch 16", *(_f(medians[f"sentence-transformers {p}"], 1) for p in PRECISIONS)]]
+    for budget in budgets:
+        label = f"{budget:,}" + (" (chosen)" if budget == data["best_budget"] else "")
+        rows.append([label, *(_f(medians[f"embedkit {p} {budget}"], 1) for p in PRECISIONS)])
+    return _table(["budget (padded tokens)", *PRECISIONS], rows)
+
+
+PRECISIONS = ("float32", "bfloat16")
+
+
+def install_size(path: Path) -> str:
+    targets = json.loads(path.read_text())["targets"]
+
+    def largest(added: dict) -> str:
+        top = sorted(added.items(), key=lambda item: -item[1]["mb"])[:3]
+        return ", ".join(f"{name} {row['mb']:.1f}" for name, row in top)
+
+    core = targets["core"]
+    rows = [
+        ["`torch==2.13.0` (the CPU build)", "", _f(core["torch_mb"], 1), largest(core["torch"])],
+        ["`.` (core)", f"{core['site_packages_mb']:,.1f}", f"{core['added_over_torch_mb']:,.1f}",
+         largest(core["added_over_torch"])],
+    ]  # fmt: skip
+    extras = sorted((name for name in targets if name != "core"), key=lambda n: -targets[n]["added_over_core_mb"])
+    for name in extras:
+        row = targets[name]
+        rows.append(
+            [f"`.[{name}]`", f"{row['site_packages_mb']:,.1f}", _f(row["added_over_core_mb"], 1),
+             largest(row["added_over_core"])]
+        )  # fmt: skip
+    return _table(["install", "site-packages MB", "added MB", "largest additions (MB)"], rows)
+
+
+def domain_adaptation(path: Path) -> str:
+    """The study script's own summary table (the first table of its generated summary.md)."""
+    lines = path.read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
+    return "\n".join(lines[start:end])
+
+
+def finetune(path: Path) -> str:
+    data = json.loads(path.read_text())
+    base = data["base"]["transfer"]["mean"]
+    arms = ["base", "baseline", *(f"epochs-6-dev{suffix}" for suffix in ("", "+wise-ft", "+soup", "+soup+wise-ft"))]
+    header = ["model", "chosen on dev", "SciFact dev", "SciFact test", "transfer mean (vs base)", *TRANSFER]
+    rows = []
+    for arm in arms:
+        row = data[arm]
+        chosen = []
+        if row.get("best_checkpoint"):
+            chosen.append(f"step {row['best_checkpoint']['step']}")
+        if row.get("soup_checkpoints"):
+            chosen.append(f"soup of {len(row['soup_checkpoints'])}")
+        if row.get("alpha") is not None:
+            chosen.append(f"alpha {row['alpha']:g}")
+        mean = row["transfer"]["mean"]
+        vs = "" if arm == "base" else f" ({mean - base:+.4f})"
+        rows.append(
+            [arm, ", ".join(chosen) or "-", _f(row["dev_ndcg_at_10"]), _f(row["test_ndcg_at_10"]),
+             _f(mean) + vs, *(_f(row["transfer"][name]) for name in TRANSFER)]
+        )  # fmt: skip
+    paired = []
+    for a, against in data["compare:epochs-6-dev"].items():
+        for b, metrics in against.items():
+            m = metrics["ndcg_at_10"]
+            paired.append(
+                [a, b, f"{m['delta']:+.4f}", f"{m['randomization_p_value']:.4g}",
+                 f"[{m['bootstrap_ci_low']:+.4f}, {m['bootstrap_ci_high']:+.4f}]", f"{m['wins']} / {m['losses']}"]
+            )  # fmt: skip
+    text = _table(header, rows)
+    text += "\n\nPaired on SciFact test (nDCG@10; randomisation p, 95 % bootstrap interval, wins/losses):\n\n"
+    return text + _table(["A", "B", "B - A", "p", "95 % CI", "wins / losses"], paired)
+
+
+def sparse(path: Path) -> str:
+    return _benchmark_module("sparse_report").tables(json.loads(path.read_text()))
+
+
+def late_interaction(path: Path) -> str:
+    return _benchmark_module("late_interaction_report").tables(json.loads(path.read_text()))
+
+
+def living_index(path: Path) -> str:
+    data = json.loads(path.read_text())
+    flat, ivf = data["changes"]["Flat"], data["changes"]["IVF64,Flat"]
+    changes = [
+        ["Flat", f"{flat['documents']:,}", f"top-10 ids equal: {flat['ids_equal']}; largest score difference "
+         f"{flat['max_score_difference']:g}", str(flat["check"]), f"{flat['seconds_for_changes']:.2f} s"],
+        ["`IVF64,Flat`, quantizer kept", f"{ivf['documents']:,}", f"recall@10 {ivf['recall_at_10']:.3f} (an IVF "
+         f"trained on the final documents: {ivf['fresh_build_recall_at_10']:.3f})", str(ivf["check"]),
+         f"{ivf['seconds_for_changes']:.2f} s"],
+    ]  # fmt: skip
+    indexes = list(data["filters"])
+    selectivities = list(data["filters"][indexes[0]])
+    rows = []
+    for name in selectivities:
+        first = data["filters"][indexes[0]][name]
+        cells = [
+            f"{c['queries_per_second']:,.0f} / {c['recall_at_10']:.3f} / {c['hits_per_query']:g}"
+            for c in (data["filters"][index][name] for index in indexes)
+        ]
+        rows.append([name, f"{first['documents']:,}", *cells])
+    text = _table(["index", "documents", "against the exact rebuild", "check", "changes took"], changes)
+    text += "\n\nFilters (each cell: queries/s / recall@10 against exact search over the matching documents / hits"
+    text += " per query):\n\n"
+    return text + _table(["documents kept", "count", *indexes], rows)
