@@ -40,7 +40,10 @@ def small_corpus(scifact_subset, tmp_path) -> Path:
     return path
 
 
-@pytest.mark.parametrize("kind", ["dense", "sparse", "multivector", "sentence-chunks", "late-chunks"])
+@pytest.mark.parametrize(
+    "kind",  # sentence chunks resume the same way as late ones (the same shard code): make test-slow
+    ["dense", "sparse", "multivector", pytest.param("sentence-chunks", marks=pytest.mark.slow), "late-chunks"],
+)
 def test_killed_encode_resumes_to_identical_embeddings(kind, small_corpus, splade_folder, colbert_folder, tmp_path):
     """Acceptance: SIGKILL part-way (while a shard is being encoded), rerun, bit-identical shards to an
     uninterrupted run, dense, sparse, multi-vector or chunked (chunk rows and their spans); a third run encodes

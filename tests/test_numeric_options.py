@@ -190,7 +190,7 @@ def check(verb: str, flag: str, value: str, world: dict) -> None:
 
 
 # the verbs whose every value trains a model (minutes each) sweep with `make test-slow`, the rest with `make test`
-TRAINING = ("merge", "pretrain")
+TRAINING = ("merge", "pretrain", "train")
 
 
 def _split(verbs: tuple[str, ...], slow: tuple[str, ...]) -> list:
