@@ -63,6 +63,7 @@ def test_serve_answers_documents_with_the_scoring_chunk_as_the_snippet(chunked, 
     flags = ["--dataset", str(scifact_subset), "--device", "cpu"]
     with running_server(chunked / "idx", tmp_path, *flags) as server:
         response = server.post("/search", {"queries": [query], "k": 5})
+        assert server.health()["index"]["aggregation"] == {"method": "maxp"}
     assert response.status_code == 200, response.text
     hits = response.json()["results"][0]["hits"]
     index = load_index(chunked / "idx")
@@ -76,6 +77,7 @@ def test_serve_answers_documents_with_the_scoring_chunk_as_the_snippet(chunked, 
         assert served["snippet"] and " ".join(text[start:end].split()).startswith(served["snippet"].removesuffix(" …"))
 
 
+@pytest.mark.slow  # a third encode of the cut (reproduce's, then evaluate's): make test stays under 25 minutes
 def test_reproduce_runs_a_chunked_condition(scifact_subset, tmp_path):
     condition = (
         f"  - id: late\n    dataset: {scifact_subset}\n    retriever: {{type: dense, aggregation: sump}}\n"

@@ -82,6 +82,7 @@ def assert_same_folder(folder: Path, reference: Path) -> None:
             assert (folder / name).read_bytes() == (reference / name).read_bytes(), name
 
 
+@pytest.mark.slow  # a local Ray cluster start: make test stays under 25 minutes; make test-slow runs every Ray test
 def test_ray_executor_equals_one_process_on_20_documents(tmp_path_factory, tmp_path, scifact):
     """``make test``'s real Ray encode: a local cluster, two actors, one shard each, the single-process folder."""
     corpus = first_documents(tmp_path_factory, scifact, 20)

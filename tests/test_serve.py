@@ -162,6 +162,7 @@ def test_search_equals_the_library(server, subset, default_model, queries, expec
         "dim": 384,
         "search_params": {},
         "fields": {},  # no store: nothing to filter by
+        "aggregation": None,  # rows are whole documents, not chunks
     }
     assert health["model"]["model"] == default_model.name and health["model"]["dim"] == 384
     assert health["dataset"]["name"] == subset.name

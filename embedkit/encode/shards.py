@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from embedkit.data.beir import doc_text
-from embedkit.models.chunking import Chunks
+from embedkit.models.chunking import CHUNK_SEPARATOR, Chunks
 from embedkit.multivector import TokenRows
 from embedkit.sparse import SparseRows
 from embedkit.storage import save_npy, save_npz, sha256_file, write_lines
@@ -38,7 +38,6 @@ def shard_rows(corpus: Any, start: int, stop: int) -> tuple[list[str], list[str]
 
 VECTOR_SUFFIXES = (".npy", ".npz")  # dense rows; sparse rows (``SparseRows``) or token vectors (``TokenRows``)
 SPANS_SUFFIX = ".spans.npy"  # a chunked shard's character spans, one ``[start, end)`` row per chunk
-CHUNK_SEPARATOR = "#"  # a chunk row's id is ``<document id>#<chunk number>``, pyserini's passage ids
 
 
 def chunk_ids(ids: list[str], counts: np.ndarray) -> list[str]:

@@ -21,6 +21,7 @@ from embedkit.errors import EmbedkitError
 from embedkit.validation import check_whole
 
 METHODS = ("none", "window", "sentence", "late")
+CHUNK_SEPARATOR = "#"  # a chunk row's id is ``<document id>#<n>``, pyserini's passage ids
 MAX_CHUNK_TOKENS = 1 << 20
 # A sentence ends at ., ! or ? (with closing quotes or brackets) followed by white space: plain, predictable and with
 # no model or data file to download; abbreviations such as "e.g. x" split early, which only makes a chunk shorter.

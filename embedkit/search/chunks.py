@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from embedkit.encode.shards import CHUNK_SEPARATOR
 from embedkit.errors import EmbedkitError
+from embedkit.models.chunking import CHUNK_SEPARATOR
 from embedkit.validation import check_whole
 
 AGGREGATIONS = ("maxp", "firstp", "sump")
