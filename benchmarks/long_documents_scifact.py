@@ -38,6 +38,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import numpy as np
 import torch
+from long_documents_report import AGGREGATIONS, ARMS, LENGTHS, METHODS, TRANSFER, tables, verdicts
 
 from embedkit import EmbeddingsFolder, EvaluateOptions, encode_to_folder, evaluate, load_dataset, load_model
 from embedkit.encode.cache import cached_corpus_embeddings
@@ -46,12 +47,7 @@ from embedkit.models.chunking import Chunking
 from embedkit.search import Dense
 
 BEIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "beir"
-TRANSFER = ("cranfield", "cisi", "medline", "cacm", "npl", "lisa")
-LENGTHS = (128, 256)
-METHODS = ("truncate", "window", "sentence", "late")
-AGGREGATIONS = ("maxp", "firstp", "sump")
 POSITIONS = 512  # the default model's position table: how far a late encode reads at once
-ARMS = [f"{method}@{length}" for length in LENGTHS for method in METHODS]
 COST_DOCUMENTS = 1000
 
 
@@ -141,12 +137,14 @@ def arms_stage(results: dict, output: Path, finetune: Path, save) -> None:
     save()
 
 
-def transfer_stage(results: dict, output: Path, save) -> None:
-    """MaxP (the issue's aggregation) for every arm, and the chosen aggregation where it differs."""
+def transfer_stage(results: dict, output: Path, save, only: list[str] | None = None) -> None:
+    """MaxP (the issue's aggregation) for every arm, and the chosen aggregation where it differs; the chosen arm and
+    ``truncate@256`` first."""
     cache = output / "cache"
     chosen = results["choice"]
-    for arm in ARMS:
-        if "transfer" in results[arm]:
+    first = [chosen["arm"], "truncate@256"]  # what criterion 4 compares, before the descriptive rest
+    for arm in dict.fromkeys([*first, *ARMS]):
+        if "transfer" in results[arm] or (only and arm not in only):
             continue
         model = arm_model(arm)
         aggregations = ["maxp"]
@@ -207,41 +205,12 @@ def costs_stage(results: dict, output: Path, finetune: Path, save) -> None:
     save()
 
 
-def tables(results: dict) -> str:
-    """The RESULTS.md tables from the JSON."""
-    lines = [
-        "| arm | dev nDCG@10 (MaxP / FirstP / SumP) | test nDCG@10 | test R@100 | rows | vectors MB | encode doc/s |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for arm in ARMS:
-        row = results.get(arm)
-        if row is None:
-            continue
-        dev = f"{row['dev_ndcg_at_10']:.4f}"
-        if "maxp" in row:
-            dev = " / ".join(f"{row[a]['dev_ndcg_at_10']:.4f}" for a in AGGREGATIONS)
-        cost, speed = row["cost"], results.get("costs", {}).get(arm, {}).get("documents_per_s", "-")
-        lines.append(
-            f"| {arm} | {dev} | {row['test_ndcg_at_10']:.4f} | {row['test_recall_at_100']:.3f} | {cost['rows']:,} | "
-            f"{cost['vector_bytes'] / 1e6:.1f} | {speed} |"
-        )
-    for name, tests in results.get("compare", {}).items():
-        test = tests["ndcg_at_10"]
-        lines.append(f"- {name}: {test['delta']:+.4f} (p {test['randomization_p_value']:.3f})")
-    if any("transfer" in results.get(arm, {}) for arm in ARMS):
-        lines += ["", "| arm | " + " | ".join(TRANSFER) + " | mean |", "|---" * (len(TRANSFER) + 2) + "|"]
-        for arm in ARMS:
-            if "transfer" in results.get(arm, {}):
-                scores = results[arm]["transfer"]
-                lines.append(f"| {arm} | " + " | ".join(f"{scores[c]:.4f}" for c in [*TRANSFER, "mean"]) + " |")
-    return "\n".join(lines)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output", default="runs/long")
     parser.add_argument("--finetune", default="runs/finetune", help="the dense fine-tune study's output folder")
     parser.add_argument("--stage", choices=["arms", "transfer", "finetuned", "costs"], action="append", default=[])
+    parser.add_argument("--transfer-arms", help="comma-separated arms for the transfer stage (default: all)")
     parser.add_argument("--table", action="store_true")
     args = parser.parse_args()
     output, finetune = Path(args.output), Path(args.finetune)
@@ -250,12 +219,13 @@ def main() -> None:
     results = json.loads(path.read_text()) if path.is_file() else {}
 
     def save() -> None:
+        results["verdicts"] = verdicts(results)
         path.write_text(json.dumps(results, indent=2))
 
     if "arms" in args.stage:
         arms_stage(results, output, finetune, save)
     if "transfer" in args.stage:
-        transfer_stage(results, output, save)
+        transfer_stage(results, output, save, args.transfer_arms.split(",") if args.transfer_arms else None)
     if "finetuned" in args.stage:
         finetuned_stage(results, output, finetune, save)
     if "costs" in args.stage:

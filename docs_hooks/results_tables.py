@@ -174,3 +174,7 @@ def living_index(path: Path) -> str:
     text += "\n\nFilters (each cell: queries/s / recall@10 against exact search over the matching documents / hits"
     text += " per query):\n\n"
     return text + _table(["documents kept", "count", *indexes], rows)
+
+
+def long_documents(path: Path) -> str:
+    return _benchmark_module("long_documents_report").tables(json.loads(path.read_text()))
