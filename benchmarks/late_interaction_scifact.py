@@ -234,18 +234,18 @@ def costs_stage(results: dict, output: Path, finetune: Path, save) -> None:
         exact, row["exact_build_s"] = _timed(lambda: exact_retrieval.index(data))  # noqa: B023
         hits, seconds = _timed(lambda: exact.search(vectors, 10))  # noqa: B023
         row["exact_search_per_s"] = len(ids) / seconds
-        reference = [[doc for doc, _ in row_hits] for row_hits in hits]
+        reference = hits.ids
         ivf_retrieval = LateInteractionRetrieval(model, LateInteraction(index="ivf"), cache)
         ivf, row["ivf_build_s"] = _timed(lambda: ivf_retrieval.index(data))  # noqa: B023
         row["ivf_lists"], row["ivf"] = ivf.ivf.nlist, []
         for nprobe, candidates in ((4, 32), (16, 64), (32, 128)):
             ivf.set_search_params(nprobe, candidates)
             found, seconds = _timed(lambda: ivf.search(vectors, 10))  # noqa: B023
-            recall = np.mean([len(set(r) & {d for d, _ in f}) / max(len(r), 1) for r, f in zip(reference, found)])
+            recall = np.mean([len(set(r) & set(f)) / max(len(r), 1) for r, f in zip(reference, found.ids)])
             row["ivf"].append({"nprobe": nprobe, "candidates": candidates, "recall_at_10_vs_exact": float(recall),
                                "search_per_s": len(ids) / seconds})  # fmt: skip
         if pool_factor is None:
-            run = {q: dict(h) for q, h in zip(ids, hits, strict=True)}
+            run = hits.to_run(ids)
             row["library_agreement"] = library_agreement(output / "models" / name, data, queries, run, 50)
         costs[label] = row
         results["costs"] = costs | {"queries": len(ids), "threads": os.environ.get("OMP_NUM_THREADS")}

@@ -229,10 +229,8 @@ def costs_stage(results: dict, output: Path, finetune: Path, cache: Path, save) 
             retrieval = SparseRetrieval(model, Sparse(index=engine), cache)
             index = indexes[engine] = retrieval.index(data)
             start = time.perf_counter()
-            if engine == "exact":
-                runs[engine] = {q: dict(hits) for q, hits in zip(ids, index.search(vectors, 10), strict=True)}
-            else:
-                runs[engine] = index.search(ids, vectors, model.token_names, 10)
+            model.check(index)
+            runs[engine] = index.search(vectors, 10).to_run(ids)
             row[f"{engine}_search_per_s"] = len(ids) / (time.perf_counter() - start)
             if engine != "exact":
                 row[f"{engine}_index_bytes"] = _bytes(index.folder)

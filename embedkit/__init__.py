@@ -1,4 +1,4 @@
-"""embedkit: dense retrieval from corpus to bi-encoder to FAISS index to a BEIR report.
+"""embedkit: neural retrieval (dense, learned sparse, late interaction), from corpus to encoder to index to report.
 
 The public names load on first use (PEP 562), so ``import embedkit`` and ``embedkit --help`` stay fast and do not
 pull in torch, FAISS or sentence-transformers until a stage that needs them is touched.
@@ -27,6 +27,11 @@ _EXPORTS = {
     "Fusion": "embedkit.search",
     "Hybrid": "embedkit.search",
     "Index": "embedkit.index",
+    "LiveIndex": "embedkit.index",
+    "open_index": "embedkit.index",
+    "Hits": "embedkit.protocols",
+    "LateInteraction": "embedkit.search",
+    "Sparse": "embedkit.search",
     "PartitionedIndex": "embedkit.index",
     "ShardedIndex": "embedkit.index",
     "load_index": "embedkit.index",
@@ -49,11 +54,15 @@ __all__ = [
     "EmbedkitError",
     "EvaluateOptions",
     "Fusion",
+    "Hits",
     "Hybrid",
     "Index",
+    "LateInteraction",
+    "LiveIndex",
     "PartitionedIndex",
     "RerankSettings",
     "ShardedIndex",
+    "Sparse",
     "__version__",
     "compute_metrics",
     "dense_search",
@@ -62,6 +71,7 @@ __all__ = [
     "load_dataset",
     "load_index",
     "load_model",
+    "open_index",
     "read_run",
     "rerank",
     "write_run",
@@ -75,7 +85,8 @@ if TYPE_CHECKING:
     from embedkit.encode import EmbeddingsFolder, encode_to_folder
     from embedkit.errors import EmbedkitError
     from embedkit.evaluation import EvaluateOptions, compute_metrics, evaluate
-    from embedkit.index import Index, PartitionedIndex, ShardedIndex, load_index
+    from embedkit.index import Index, LiveIndex, PartitionedIndex, ShardedIndex, load_index, open_index
     from embedkit.models import Chunking, EmbeddingModel, load_model
+    from embedkit.protocols import Hits
     from embedkit.reranking import RerankSettings, rerank
-    from embedkit.search import BM25, Dense, Fusion, Hybrid, dense_search
+    from embedkit.search import BM25, Dense, Fusion, Hybrid, LateInteraction, Sparse, dense_search

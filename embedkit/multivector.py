@@ -66,6 +66,11 @@ class TokenRows:
     def lengths(self) -> np.ndarray:
         return np.diff(self.offsets)
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes the rows hold in memory (and in a shard, before compression)."""
+        return int(self.offsets.nbytes + self.vectors.nbytes)
+
     def row(self, i: int) -> np.ndarray:
         return self.vectors[self.offsets[i] : self.offsets[i + 1]]
 

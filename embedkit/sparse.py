@@ -72,6 +72,11 @@ class SparseRows:
         return len(self.indptr) - 1
 
     @property
+    def nbytes(self) -> int:
+        """Bytes the rows hold in memory (and in a shard, before compression)."""
+        return int(self.indptr.nbytes + self.indices.nbytes + self.values.nbytes)
+
+    @property
     def nnz(self) -> int:
         return int(self.indptr[-1])
 

@@ -96,12 +96,13 @@ def test_the_exact_sparse_index_ranks_as_the_dense_product_does(splade_folder, s
     model = load_model(splade_folder, max_length=32)
     corpus = scifact.corpus.select(range(40))
     index = SparseExactIndex.build(encode_to_folder(model, corpus, tmp_path / "emb", shard_size=16))
-    loaded = SparseExactIndex.load(index.save(tmp_path / "idx"))
+    loaded = SparseExactIndex.open(index.save(tmp_path / "idx"))
     queries = list(scifact.split_queries("test").values())[:5]
     vectors = model.encode_queries(queries)
     scores = vectors.to_scipy().toarray().astype(np.float64) @ index.documents.toarray().astype(np.float64).T
     ids = list(corpus["_id"])
-    for row, hits in zip(scores, loaded.search(vectors, 10), strict=True):
+    found = loaded.search(vectors, 10)
+    for row, hits in zip(scores, (found.ranked(i) for i in range(len(vectors))), strict=True):
         by_id = {ids[j]: float(row[j]) for j in range(len(ids))}
         expected = sorted(((d, s) for d, s in by_id.items() if s > 0), key=lambda h: (h[1], h[0]), reverse=True)[:10]
         assert np.allclose([s for _, s in hits], [s for _, s in expected], rtol=1e-5)
@@ -123,7 +124,7 @@ def test_the_lucene_impact_index_returns_the_exact_top_10_of_the_quantised_vecto
     queries = list(scifact.split_queries("test").values())[:6]
     query_ids = [f"q{i}" for i in range(len(queries))]
     vectors = model.encode_queries(queries)
-    run = LuceneImpact(folder).search(query_ids, vectors, model.token_names, 10)
+    run = LuceneImpact(folder).search(vectors, 10).to_run(query_ids)
     exact = vectors.quantized(100).to_scipy() @ documents.quantized(100).to_scipy().T
     with _openai_key_for_import():
         from pyserini.search.lucene import LuceneImpactSearcher
@@ -209,7 +210,7 @@ def test_the_index_command_builds_sparse_indexes_and_refuses_the_other_kinds_fla
     exact = SparseExactIndex.build(EmbeddingsFolder.open(tmp_path / "emb")).search(
         model.encode_queries(list(queries.values())), 5
     )
-    found = {query_id for query_id, hits in zip(queries, exact, strict=True) if hits}  # a query may share no word
+    found = {query_id for query_id, hits in zip(queries, exact.ids, strict=True) if hits}  # a query may share no word
     assert {line.split()[0] for line in lines} == found and len(found) > 250
     assert all(line.split()[2] in ids for line in lines)
     refused = embedkit_here(*args, "--nprobe", "4", "-o", str(tmp_path / "other.trec"))
@@ -276,6 +277,6 @@ def test_the_impact_index_breaks_ties_past_its_read_depth_as_trec_eval_does(tmp_
     names = lambda indices: [f"t{i}" for i in indices]  # noqa: E731
     build_impact_index(tmp_path / "idx", ids, rows, names, {"model": "m"})
     query = SparseRows(np.array([0, 1]), np.array([3]), np.array([0.5], np.float32), dim=10)
-    run = LuceneImpact(tmp_path / "idx").search(["q"], query, names, 5)
+    run = LuceneImpact(tmp_path / "idx").search(query, 5).to_run(["q"])
     assert list(run["q"].items()) == top_hits(np.full(40, 5000, np.float32), ids, 5)
     assert list(run["q"]) == ["d39", "d38", "d37", "d36", "d35"]

@@ -24,9 +24,10 @@ def test_seismic_finds_the_exact_top_10_and_its_scores(splade_folder, scifact, t
     queries = scifact.split_queries("test")
     query_ids = list(queries)[:40]
     vectors = model.encode_queries([queries[q] for q in query_ids])
-    found = seismic.search(query_ids, vectors, None, 10)
+    found = seismic.search(vectors, 10).to_run(query_ids)
+    truths = exact.search(vectors, 10)
     recall = []
-    for query_id, truth in zip(query_ids, exact.search(vectors, 10), strict=True):
+    for query_id, truth in zip(query_ids, (truths.ranked(i) for i in range(len(query_ids))), strict=True):
         hits = found[query_id]
         assert list(hits.values()) == sorted(hits.values(), reverse=True)  # re-ranked: Seismic's order is its own
         truth = dict(truth)
@@ -35,7 +36,7 @@ def test_seismic_finds_the_exact_top_10_and_its_scores(splade_folder, scifact, t
             assert np.isclose(hits[doc_id], truth[doc_id], rtol=1e-2)
     assert np.mean(recall) >= 0.97, np.mean(recall)
     nothing = SparseRows(np.array([0, 0]), np.zeros(0, np.int32), np.zeros(0, np.float32), dim=vectors.dim)
-    assert seismic.search(["empty"], nothing, None, 10) == {"empty": {}}
+    assert seismic.search(nothing, 10).to_run(["empty"]) == {"empty": {}}
 
 
 def test_the_cli_builds_and_searches_a_seismic_index(splade_folder, scifact, tmp_path):

@@ -250,3 +250,31 @@ def test_every_public_name_resolves():
             assert getattr(module, name) is not None, f"{package}.{name}"
     assert embedkit.ShardedIndex is embedkit.PartitionedIndex
     assert callable(embedkit.rerank) and callable(embedkit.evaluate)  # no subpackage shadows a function's name
+
+
+KIND_BRANCH_CEILING = 57  # issue 54's target is 15; 80 lines by this script's count at c8ae77e
+
+
+def test_kind_branches_do_not_grow():
+    """Dispatch on a family belongs in the registries (``embedkit.index.registry``, ``embedkit.rows``) and the encoder
+    factory; every other line that branches on a kind is counted by ``tests/kind_branches.py``."""
+    from kind_branches import kind_branches
+
+    found = kind_branches()
+    assert len(found) <= KIND_BRANCH_CEILING, "\n".join(found)
+
+
+def test_the_new_family_checklist_names_every_protocol_method():
+    """``docs/concepts/new-family.md`` is what a fourth representation implements: it must name each member of the
+    three protocols and each method of a row format, so a protocol cannot grow without the page saying so."""
+    from embedkit.protocols import Encoder, Rows, SearchIndex
+    from embedkit.rows import RowFormat
+
+    page = (Path(__file__).parents[1] / "docs" / "concepts" / "new-family.md").read_text()
+    members = set()
+    for protocol in (Encoder, Rows, SearchIndex):
+        members |= {name for name in vars(protocol) if not name.startswith("_")} - {"register"}
+        members |= set(getattr(protocol, "__annotations__", {}))
+    members |= {name for name in vars(RowFormat) if not name.startswith("_")}
+    missing = sorted(name for name in members if f"`{name}" not in page)
+    assert not missing, f"docs/concepts/new-family.md does not name {missing}"

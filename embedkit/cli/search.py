@@ -69,29 +69,23 @@ def search(
     check_output_file(output, overwrite, looks_like_run, "TREC run")
     refuse_inside_other_output(output, "TREC run")
     from embedkit.data.beir import load_dataset, load_queries
-    from embedkit.index.partitioned import load_index
-    from embedkit.search.late_interaction import open_multivector_index
-    from embedkit.search.sparse import open_sparse_index
+    from embedkit.index.registry import open_index
 
-    # a multi-vector model's index (exact, IVF), a sparse model's (exact, Lucene impact, Seismic), else FAISS's
-    late = open_multivector_index(index)
-    sparse = open_sparse_index(index) if late is None else late
-    if sparse is not None:
-        faiss = {"--ef-search": ef_search, "--rescore": rescore, "--embeddings": embeddings}
-        if not hasattr(late, "set_search_params"):  # an IVF over token vectors takes --nprobe
-            faiss["--nprobe"] = nprobe
-        opt.refuse_unused(faiss, "with a sparse or exact multi-vector index")
+    opened = open_index(index)  # files checked before any model loads
+    faiss = opened.engine == "faiss"  # FAISS's own search parameters, rescoring and chunk rows
+    if not faiss:
+        tunable = {"--ef-search": ef_search, "--rescore": rescore, "--embeddings": embeddings}
+        if not hasattr(opened, "set_search_params"):  # an IVF over token vectors takes --nprobe
+            tunable["--nprobe"] = nprobe
+        opt.refuse_unused(tunable, f"with a {opened.engine} index of {opened.model_settings.get('kind')} rows")
         if nprobe is not None:
-            late.set_search_params(nprobe=nprobe)
-    if sparse is not None:
-        opt.refuse_unused({"--filter": metadata_filter}, "with a sparse or multi-vector index")
-        opt.refuse_unused({"--aggregation": aggregation, "--sum-top": sum_top}, "with a sparse or multi-vector index")
-    opened = sparse if sparse is not None else load_index(index)  # files checked before any model loads
+            opened.set_search_params(nprobe=nprobe)
+        opt.refuse_unused({"--aggregation": aggregation, "--sum-top": sum_top}, "with an index of whole documents")
     from embedkit.search.chunks import check_aggregation
 
     check_aggregation(opened, chunk_scores)
     if metadata_filter is not None:
-        if not hasattr(opened, "store"):
+        if not opened.capabilities.filterable:
             raise EmbedkitError("needs an index that takes updates (it has no store.sqlite)", field="--filter")
         opened.store.matching_keys(metadata_filter, "--filter")  # a bad filter: one line, before the model loads
     if embeddings is not None:
@@ -106,17 +100,14 @@ def search(
     from embedkit.search.dense import dense_search
 
     given = {name: value for name, value in vars(runtime).items() if value is not None}
-    if sparse is not None:
-        from embedkit.search.late_interaction import late_search
-        from embedkit.search.sparse import sparse_search
+    embedder = load_model_from_settings(opened.model_settings, **given)  # the index's model, as built
+    if not faiss:
+        from embedkit.search.queries import search_queries
 
-        embedder = load_model_from_settings(opened.settings, **given)
-        searcher = sparse_search if late is None else late_search
-        run, _ = searcher(embedder, opened, texts, k, ignore_identical_ids)
+        run, _ = search_queries(embedder, opened, texts, k, ignore_identical_ids=ignore_identical_ids)
         write_run(output, run)
         typer.echo(f"{len(run)} queries searched; run written to {output}")
         return
-    embedder = load_model_from_settings(opened.meta.get("model") or {}, **given)  # the index's model, as built
     opened.check_model(embedder.settings)
     run = dense_search(
         embedder,

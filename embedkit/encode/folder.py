@@ -6,7 +6,6 @@ Light on purpose (numpy, no model): ``embedkit index`` and the index builders re
 from __future__ import annotations
 
 import contextlib
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from embedkit.encode.layout import FORMAT, MANIFEST, SETTINGS, SETTINGS_FORMAT
 from embedkit.errors import EmbedkitError
 from embedkit.multivector import TokenRows
 from embedkit.outputs import output_lock
+from embedkit.rows import ROW_FORMATS, RowFormat, row_format
 from embedkit.sparse import SparseRows
 from embedkit.storage import load_npy, read_json, read_lines, sha256_file, write_json
 
@@ -182,13 +182,8 @@ class EmbeddingsFolder:
                     )
             self._verified.add(index)
         ids = read_lines(ids_path)
-        if self.sparse:
-            vectors = load_sparse_rows(vectors_path, self.manifest["dim"])
-        elif self.multivector:
-            vectors = load_token_rows(vectors_path)
-        else:
-            vectors = load_npy(vectors_path, mmap)
-        shape = (len(vectors), vectors.dim) if self.sparse or self.multivector else vectors.shape
+        vectors = self.row_format.read(vectors_path, self.manifest["dim"], mmap)
+        shape = self.row_format.shape(vectors)
         if shape != (entry["count"], self.manifest["dim"]) or len(ids) != entry["count"]:
             raise EmbedkitError(
                 f"holds {shape} vectors and {len(ids)} ids, manifest.json says {entry['count']} x "
@@ -216,6 +211,11 @@ class EmbeddingsFolder:
         return np.concatenate(parts) if parts else np.empty((0, 2), dtype=np.int64)
 
     @property
+    def row_format(self) -> RowFormat:
+        """How this folder's rows are stored (``embedkit.rows``), from the model's recorded kind."""
+        return row_format(self.settings.get("kind"))
+
+    @property
     def sparse(self) -> bool:
         """Learned sparse vectors (``SparseRows`` per shard, ``.npz`` files) rather than dense rows."""
         return self.settings.get("kind") == "sparse"
@@ -229,13 +229,7 @@ class EmbeddingsFolder:
         """All vectors in corpus order (float32 rows; ``SparseRows`` for a sparse model, ``TokenRows`` for a
         multi-vector one)."""
         shards = [self.shard(entry)[1] for entry in self.manifest["shards"]]
-        if self.sparse:
-            return SparseRows.vstack(shards, self.manifest["dim"])
-        if self.multivector:
-            return TokenRows.vstack(shards, self.manifest["dim"], self.settings.get("token_dtype") or "float16")
-        if not shards:
-            return np.empty((0, self.manifest["dim"]), dtype=np.float32)
-        return np.concatenate(shards, axis=0)
+        return self.row_format.stack(shards, self.manifest["dim"], self.settings)
 
     def iter_shards(self):
         """``(ids, vectors)`` per shard, each memory-mapped, so a large corpus never sits in RAM at once."""
@@ -245,20 +239,12 @@ class EmbeddingsFolder:
 
 def load_sparse_rows(path: Path, dim: int) -> SparseRows:
     """A sparse shard (``SparseRows``' three arrays in one ``.npz``); a damaged file is one line."""
-    try:
-        with np.load(path, allow_pickle=False) as arrays:
-            return SparseRows(arrays["indptr"], arrays["indices"], arrays["values"], dim)
-    except (ValueError, KeyError, EOFError, OSError, zipfile.BadZipFile) as err:
-        raise EmbedkitError(f"not a readable sparse shard ({str(err).splitlines()[0]})", path=path) from None
+    return ROW_FORMATS["sparse"].read(path, dim)
 
 
 def load_token_rows(path: Path) -> TokenRows:
     """A multi-vector shard (``TokenRows``' two arrays in one ``.npz``); a damaged file is one line."""
-    try:
-        with np.load(path, allow_pickle=False) as arrays:
-            return TokenRows(arrays["offsets"], arrays["vectors"])
-    except (ValueError, KeyError, EOFError, OSError, zipfile.BadZipFile) as err:
-        raise EmbedkitError(f"not a readable multi-vector shard ({str(err).splitlines()[0]})", path=path) from None
+    return ROW_FORMATS["multivector"].read(path, 0)
 
 
 def shard_is_intact(folder: Path, shard: dict[str, Any]) -> bool:

@@ -14,8 +14,9 @@ import numpy as np
 from embedkit.data.beir import doc_text
 from embedkit.models.chunking import CHUNK_SEPARATOR, Chunks
 from embedkit.multivector import TokenRows
+from embedkit.rows import format_of
 from embedkit.sparse import SparseRows
-from embedkit.storage import save_npy, save_npz, sha256_file, write_lines
+from embedkit.storage import save_npy, sha256_file, write_lines
 from embedkit.validation import check_id
 
 
@@ -79,14 +80,9 @@ def commit_shard(
         save_npy(folder / f"{name}.npy", vectors.vectors)
         return shard_entry(folder, index, len(vectors.vectors), documents=len(ids))
     write_lines(folder / f"{name}.docid", ids)
-    if isinstance(vectors, TokenRows):  # with its tokens and stored bytes per document, what a late index holds
-        save_npz(folder / f"{name}.npz", offsets=vectors.offsets, vectors=vectors.vectors)
-        return shard_entry(folder, index, len(ids), ".npz") | {"tokens": vectors.token_stats()}
-    if isinstance(vectors, SparseRows):  # with its non-zeros per document, what a sparse index stores and reads
-        save_npz(folder / f"{name}.npz", indptr=vectors.indptr, indices=vectors.indices, values=vectors.values)
-        return shard_entry(folder, index, len(ids), ".npz") | {"nnz": vectors.nnz_stats()}
-    save_npy(folder / f"{name}.npy", vectors)
-    return shard_entry(folder, index, len(ids))
+    rows = format_of(vectors)
+    rows.write(folder / f"{name}{rows.suffix}", vectors)
+    return shard_entry(folder, index, len(ids), rows.suffix) | rows.stats(vectors)
 
 
 def committed_shard(folder: Path, index: int, count: int) -> dict[str, Any] | None:

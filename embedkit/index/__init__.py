@@ -1,4 +1,5 @@
-"""Stage 4: FAISS indexes from any factory string, on GPU when present, saved in pyserini's layout."""
+"""Stage 4: indexes of every family behind one protocol (``open_index``): FAISS from any factory string (on GPU when
+present, in pyserini's layout), exact and approximate sparse and multi-vector engines, a living index over them."""
 
 from typing import TYPE_CHECKING
 
@@ -13,6 +14,8 @@ _EXPORTS = {
     "Vectors": "embedkit.index.vectors",
     "check_factory": "embedkit.index.factory_check",
     "load_index": "embedkit.index.partitioned",
+    "open_index": "embedkit.index.registry",
+    "register_engine": "embedkit.index.registry",
 }
 __all__ = [
     "BuildSettings",
@@ -23,6 +26,8 @@ __all__ = [
     "Vectors",
     "check_factory",
     "load_index",
+    "open_index",
+    "register_engine",
 ]
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
@@ -32,4 +37,5 @@ if TYPE_CHECKING:
     from embedkit.index.faiss_index import Index
     from embedkit.index.live import LiveIndex
     from embedkit.index.partitioned import PartitionedIndex, ShardedIndex, load_index
+    from embedkit.index.registry import open_index, register_engine
     from embedkit.index.vectors import Vectors

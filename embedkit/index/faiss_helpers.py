@@ -19,6 +19,7 @@ from embedkit.environment import library_versions
 from embedkit.errors import EmbedkitError
 from embedkit.index.factory_check import check_factory
 from embedkit.index.vectors import finite_matrix
+from embedkit.models import encoder
 
 logger = logging.getLogger(__name__)
 
@@ -29,7 +30,7 @@ PARTITIONED_FORMATS = (PARTITIONED_FORMAT, "embedkit.sharded-index/1")  # the se
 INDEX_KINDS = ("index", "partitioned-index", "sharded-index")  # what an index folder may replace (--overwrite)
 IVFDATA = "index.ivfdata"
 # The settings of a model that must agree between the index and the queries searched against it.
-MODEL_IDENTITY = ("model", "weights_sha256", "pooling", "normalize", "dim", "max_length", "document_prompt")
+MODEL_IDENTITY = encoder.DENSE_IDENTITY
 
 
 @dataclass(frozen=True)
@@ -151,10 +152,7 @@ def new_index(dim: int, factory: str, metric: str) -> faiss.Index | faiss.IndexB
 
 def check_model_settings(built_with: dict[str, Any], settings: dict[str, Any]) -> None:
     """Refuse query vectors from a model other than the one that encoded the documents (``MODEL_IDENTITY``)."""
-    differs = [key for key in MODEL_IDENTITY if built_with.get(key) != settings.get(key)]
-    if differs:
-        detail = ", ".join(f"{key}: index {built_with.get(key)!r}, model {settings.get(key)!r}" for key in differs)
-        raise EmbedkitError(f"the index was built with another model ({detail})")
+    encoder.check_model_settings(built_with, settings, MODEL_IDENTITY)
 
 
 REQUIRED_WHOLE = ("k", "-k")  # None means "not given" for the others

@@ -14,6 +14,7 @@ import numpy as np
 
 from embedkit.errors import EmbedkitError
 from embedkit.index.building import Trained, build_faiss
+from embedkit.index.engine import refuse_filter
 from embedkit.index.faiss_helpers import (
     INDEX_KINDS,
     METRICS,
@@ -33,6 +34,7 @@ from embedkit.index.search_params import SearchParams
 from embedkit.index.torch_search import ExactSearch, TorchExactSearch, flat_storage, wants_torch
 from embedkit.index.vectors import Vectors
 from embedkit.outputs import replace_folder
+from embedkit.protocols import Capabilities, Hits
 from embedkit.storage import sha256_file, write_json, write_lines
 from embedkit.validation import check_ids
 
@@ -43,6 +45,8 @@ class Index(SearchParams):
     A binary index (factory 'B...') holds 1 bit per dimension and is searched by Hamming distance; its scores are
     ``dim - 2 * hamming``, the inner product of the ±1 sign vectors, so larger is better as for 'ip'.
     """
+
+    engine = "faiss"
 
     def __init__(self, index: faiss.Index | faiss.IndexBinary, ids: list[str], meta: dict[str, Any]) -> None:
         if index.ntotal != len(ids):
@@ -66,6 +70,18 @@ class Index(SearchParams):
 
     def __len__(self) -> int:
         return int(self.faiss_index.ntotal)
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """Exact for a float ``Flat`` index (binary codes approximate the float scores)."""
+        inner = self.faiss_index if self.binary else faiss.downcast_index(self.faiss_index)
+        return Capabilities(approximate=not isinstance(inner, faiss.IndexFlat), on_disk=bool(self.meta.get("on_disk")),
+                            gpu="Gpu" in type(inner).__name__)  # fmt: skip
+
+    @property
+    def model_settings(self) -> dict[str, Any]:
+        """The settings of the model whose vectors the index holds (meta.json's ``model``)."""
+        return self.meta.get("model") or {}
 
     @classmethod
     def build(
@@ -156,17 +172,19 @@ class Index(SearchParams):
         ef_search: int | None = None,
         rescore: int | None = None,
         batch_size: int = 4096,
-    ) -> tuple[np.ndarray, list[list[str]]]:
+        filter: str | None = None,
+    ) -> Hits:
         """Top-``k`` scores and document ids per query row (fewer than ``k`` where the index has fewer hits).
 
         ``rescore=M`` takes the top ``k*M`` candidates from the (compressed) index and re-ranks them by their exact
         float scores, read from the attached vectors (see ``attach_vectors``); ``None`` uses the index's setting.
         """
+        refuse_filter(filter, "FAISS")
         scores, labels = self.search_rows(
             queries, k, nprobe=nprobe, ef_search=ef_search, rescore=rescore, batch_size=batch_size
         )
         hits = [[self.ids[j] for j in row if j >= 0] for row in labels]
-        return scores, hits
+        return Hits(scores, hits)
 
     def search_rows(
         self,
@@ -260,6 +278,11 @@ class Index(SearchParams):
         write_lines(folder / "docid", self.ids)
         files = {name: sha256_file(folder / name) for name in ("index", "docid")}
         write_json(folder / "meta.json", {**self.meta, "files": files})
+
+    @classmethod
+    def open(cls, path: str | Path, **options: Any) -> Index:
+        """``load``, as the registry opens every engine."""
+        return cls.load(path, **options)
 
     @classmethod
     def load(

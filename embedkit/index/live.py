@@ -11,6 +11,7 @@ serialised by the folder's ``output_lock``; a search sees the state before a cha
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from embedkit.index.live_ondisk import delta_index, search_both
 from embedkit.index.search_params import current_search_param, unwrap
 from embedkit.index.store import STORE, Store, model_digest, text_sha256
 from embedkit.outputs import output_lock, recover
+from embedkit.protocols import Capabilities, Hits
 from embedkit.validation import check_ids
 
 
@@ -85,6 +87,22 @@ class LiveIndex(Index):
 
     def __len__(self) -> int:
         return self.live_count
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return replace(super().capabilities, updatable=True, filterable=True)
+
+    def save(self, path: str | Path, overwrite: bool = False) -> Path:
+        """The live documents, their metadata and the index's settings as a new, compacted living-index folder at
+        ``path`` (this folder is left as it is; an existing index folder there is replaced only with ``overwrite``)."""
+        path = Path(path).absolute()
+        if path == self.path:
+            self.compact()
+            return path
+        with output_lock(self.path), self._lock:  # no change commits while the copy reads the store
+            self.refresh()
+            compact_folder(self, path, overwrite)
+        return path
 
     # --- reading changes -------------------------------------------------------------------------------------------
 
@@ -210,7 +228,7 @@ class LiveIndex(Index):
         """``Index.search``, with an optional metadata ``filter`` applied before the top-``k``."""
         with self._lock:  # the ids of the state searched, not of a change committed since
             scores, rows = self.search_rows(queries, k, filter=filter, **options)
-            return scores, [[self.ids[j] for j in row if j >= 0] for row in rows]
+            return Hits(scores, [[self.ids[j] for j in row if j >= 0] for row in rows])
 
     def search_rows(self, queries: np.ndarray, k: int = 10, *, filter: str | None = None, nprobe: int | None = None,
                     ef_search: int | None = None, rescore: int | None = None, batch_size: int = 4096):  # fmt: skip

@@ -11,7 +11,7 @@ import faiss
 import numpy as np
 
 from embedkit.errors import EmbedkitError
-from embedkit.index.faiss_helpers import BuildSettings, new_index
+from embedkit.index.faiss_helpers import INDEX_KINDS, BuildSettings, new_index
 from embedkit.index.faiss_index import Index
 from embedkit.index.index_files import read_index_folder
 from embedkit.index.live_ondisk import delta_index
@@ -25,9 +25,13 @@ if TYPE_CHECKING:
     from embedkit.index.live import LiveIndex
 
 
-def compact_folder(live: LiveIndex) -> dict[str, Any]:
+def compact_folder(live: LiveIndex, target: Path | None = None, overwrite: bool = True) -> dict[str, Any]:
     """Build the live documents (in key order) into a new snapshot with the index's factory, reusing its trained
-    quantizer, and a store renumbered to match; swap the folder in whole. Called holding the folder's lock."""
+    quantizer, and a store renumbered to match; swap the folder in whole. Called holding the folder's lock.
+
+    ``target`` (another folder: ``LiveIndex.save``) receives the compacted copy instead, replacing an index folder
+    there only with ``overwrite``."""
+    target = live.path if target is None else target
     keys, ids, _ = live.store.live()
     if not len(keys):
         raise EmbedkitError("every document is deleted; a compaction would leave an empty index", path=live.path)
@@ -62,13 +66,13 @@ def compact_folder(live: LiveIndex) -> dict[str, Any]:
         )  # fmt: skip
 
     if live.delta is not None:  # an on-disk index is written as one again, its new lists beside the store
-        build_ondisk(vectors, live.path, settings, trained=trained, overwrite=True,
+        build_ondisk(vectors, target, settings, trained=trained, overwrite=overwrite,
                      meta_extra={**kept, "compaction": record}, also=write_store)  # fmt: skip
         return record
     built = Index.from_vectors(vectors, settings, trained=trained)
     built.meta.update({**kept, "compaction": record})
-    with replace_folder(live.path, "index", overwrite=True) as new:
-        built.write_files(new, live.path)
+    with replace_folder(target, INDEX_KINDS, overwrite=overwrite) as new:
+        built.write_files(new, target)
         write_store(new)
     return record
 

@@ -10,18 +10,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from embedkit.data.trec import TIE_BREAK, top_hits
 from embedkit.encode.folder import load_token_rows
 from embedkit.errors import EmbedkitError
+from embedkit.index.engine import open_meta, refuse_filter, write_meta
+from embedkit.index.registry import MULTIVECTOR_FORMAT as FORMAT
 from embedkit.multivector import TokenRows, maxsim
 from embedkit.outputs import replace_folder
-from embedkit.storage import read_json, read_lines, save_npz, write_json, write_lines
+from embedkit.protocols import Capabilities, Hits
+from embedkit.storage import read_lines, save_npz, write_lines
 from embedkit.validation import check_whole
 
 MULTIVECTOR_INDEX_KIND = "multivector-index"
-FORMAT = f"embedkit.{MULTIVECTOR_INDEX_KIND}/1"
 QUERY_BLOCK = 64  # queries scored at once: a block's score matrix is QUERY_BLOCK x documents float32
 
 
@@ -30,6 +32,12 @@ class MultiVectorExactIndex:
     documents: TokenRows
     doc_ids: list[str]
     settings: dict[str, Any]  # the model's, from the embeddings folder
+    engine: ClassVar[str] = "exact"
+    capabilities: ClassVar[Capabilities] = Capabilities()
+
+    @property
+    def model_settings(self) -> dict[str, Any]:
+        return self.settings
 
     @classmethod
     def build(cls, embeddings: Any) -> MultiVectorExactIndex:
@@ -49,7 +57,7 @@ class MultiVectorExactIndex:
         with replace_folder(folder, MULTIVECTOR_INDEX_KIND, overwrite) as staging:
             save_npz(staging / "tokens.npz", offsets=self.documents.offsets, vectors=self.documents.vectors)
             write_lines(staging / "docid", self.doc_ids)
-            write_json(staging / "meta.json", {
+            write_meta(staging, {
                 "format": FORMAT,
                 "engine": "exact",
                 "documents": len(self),
@@ -62,17 +70,17 @@ class MultiVectorExactIndex:
         return Path(folder)
 
     @classmethod
-    def load(cls, folder: str | Path) -> MultiVectorExactIndex:
+    def open(cls, folder: str | Path) -> MultiVectorExactIndex:
         folder = Path(folder)
-        meta = read_json(folder / "meta.json", "index metadata")
-        if not isinstance(meta, dict) or meta.get("format") != FORMAT or meta.get("engine") != "exact":
-            raise EmbedkitError("not an exact multi-vector index (meta.json)", path=folder, field="--index")
-        rows = load_token_rows(folder / "tokens.npz")  # a damaged file is one line
-        return cls(rows, read_lines(folder / "docid"), meta["settings"])
+        meta = open_meta(folder, FORMAT, "exact", ("tokens.npz", "docid"), "an exact multi-vector index")
+        return cls(*read_documents(folder), meta["settings"])
 
-    def search(self, queries: TokenRows, k: int) -> list[list[tuple[str, float]]]:
+    load = open
+
+    def search(self, queries: TokenRows, k: int, *, filter: str | None = None) -> Hits:
         """The top ``k`` documents of each query, best first."""
         check_whole(k, "k", minimum=1)
+        refuse_filter(filter, "multi-vector")
         if len(queries) and queries.dim != self.documents.dim:
             raise EmbedkitError(
                 f"query token vectors have {queries.dim} dimensions, the index {self.documents.dim}: another model's",
@@ -82,4 +90,12 @@ class MultiVectorExactIndex:
         for start in range(0, len(queries), QUERY_BLOCK):
             block = queries.take(range(start, min(start + QUERY_BLOCK, len(queries))))
             results += [top_hits(row, self.doc_ids, k) for row in maxsim(block, self.documents)]
-        return results
+        return Hits.from_ranked(results, k)
+
+
+def read_documents(folder: Path) -> tuple[TokenRows, list[str]]:
+    """A multi-vector index folder's token vectors and ids (a damaged file is one line)."""
+    rows, doc_ids = load_token_rows(folder / "tokens.npz"), read_lines(folder / "docid")
+    if len(rows) != len(doc_ids):
+        raise EmbedkitError(f"'tokens.npz' holds {len(rows)} documents, 'docid' {len(doc_ids)} ids", path=folder)
+    return rows, doc_ids

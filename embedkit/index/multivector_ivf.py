@@ -12,18 +12,19 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import faiss
 import numpy as np
 
 from embedkit.data.trec import top_hits
-from embedkit.encode.folder import load_token_rows
 from embedkit.errors import EmbedkitError
-from embedkit.index.multivector_exact import FORMAT, MULTIVECTOR_INDEX_KIND, MultiVectorExactIndex
+from embedkit.index.engine import open_meta, refuse_filter, write_meta
+from embedkit.index.multivector_exact import FORMAT, MULTIVECTOR_INDEX_KIND, MultiVectorExactIndex, read_documents
 from embedkit.multivector import TokenRows, maxsim
 from embedkit.outputs import replace_folder
-from embedkit.storage import read_json, read_lines, save_npz, write_json, write_lines
+from embedkit.protocols import Capabilities, Hits
+from embedkit.storage import save_npz, write_lines
 from embedkit.validation import check_whole
 
 TRAIN_PER_LIST = 64  # token vectors k-means sees per list: enough for stable centroids, far less than all of them
@@ -40,6 +41,8 @@ class MultiVectorIVFIndex:
     ivf: Any  # faiss IndexIVF over every token vector, ids = token positions
     nprobe: int = 16
     candidates: int = 64
+    engine: ClassVar[str] = "ivf"
+    capabilities: ClassVar[Capabilities] = Capabilities(approximate=True)
 
     @classmethod
     def build(cls, embeddings: Any, lists: int | None = None, seed: int = 0) -> MultiVectorIVFIndex:
@@ -62,6 +65,10 @@ class MultiVectorIVFIndex:
         return self.exact.settings
 
     @property
+    def model_settings(self) -> dict[str, Any]:
+        return self.exact.settings
+
+    @property
     def search_params(self) -> dict[str, int]:
         return {"nprobe": self.nprobe, "candidates": self.candidates}
 
@@ -77,7 +84,7 @@ class MultiVectorIVFIndex:
             faiss.write_index(self.ivf, str(staging / "ivf"))
             save_npz(staging / "tokens.npz", offsets=documents.offsets, vectors=documents.vectors)
             write_lines(staging / "docid", self.exact.doc_ids)
-            write_json(staging / "meta.json", {
+            write_meta(staging, {
                 "format": FORMAT,
                 "engine": "ivf",
                 "documents": len(self),
@@ -91,13 +98,10 @@ class MultiVectorIVFIndex:
         return Path(folder)
 
     @classmethod
-    def load(cls, folder: str | Path) -> MultiVectorIVFIndex:
+    def open(cls, folder: str | Path) -> MultiVectorIVFIndex:
         folder = Path(folder)
-        meta = read_json(folder / "meta.json", "index metadata")
-        if not isinstance(meta, dict) or meta.get("format") != FORMAT or meta.get("engine") != "ivf":
-            raise EmbedkitError("not an IVF multi-vector index (meta.json)", path=folder, field="--index")
-        rows = load_token_rows(folder / "tokens.npz")  # a damaged file is one line
-        exact = MultiVectorExactIndex(rows, read_lines(folder / "docid"), meta["settings"])
+        meta = open_meta(folder, FORMAT, "ivf", ("ivf", "tokens.npz", "docid"), "an IVF multi-vector index")
+        exact = MultiVectorExactIndex(*read_documents(folder), meta["settings"])
         try:
             ivf = faiss.read_index(str(folder / "ivf"))
         except RuntimeError as err:
@@ -106,6 +110,8 @@ class MultiVectorIVFIndex:
             ) from None
         return cls(exact, ivf, **meta["search_params"])
 
+    load = open
+
     def candidate_documents(self, query: np.ndarray) -> np.ndarray:
         """The documents owning the ``candidates`` nearest token vectors of any of the query's token vectors."""
         self.ivf.nprobe = self.nprobe
@@ -113,9 +119,10 @@ class MultiVectorIVFIndex:
         tokens = tokens[tokens >= 0]
         return np.unique(np.searchsorted(self.exact.documents.offsets, tokens, side="right") - 1)
 
-    def search(self, queries: TokenRows, k: int) -> list[list[tuple[str, float]]]:
+    def search(self, queries: TokenRows, k: int, *, filter: str | None = None) -> Hits:
         """The top ``k`` candidates of each query by exact MaxSim, best first."""
         check_whole(k, "k", minimum=1)
+        refuse_filter(filter, "multi-vector")
         if len(queries) and queries.dim != self.exact.documents.dim:
             raise EmbedkitError(f"query token vectors have {queries.dim} dimensions, the index "
                                 f"{self.exact.documents.dim}: another model's", field="model")  # fmt: skip
@@ -125,4 +132,4 @@ class MultiVectorIVFIndex:
             one = queries.take([i])
             scores = maxsim(one, self.exact.documents.take(found))[0] if len(found) else np.zeros(0, np.float32)
             results.append(top_hits(scores, [self.exact.doc_ids[j] for j in found], k))
-        return results
+        return Hits.from_ranked(results, k)

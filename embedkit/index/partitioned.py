@@ -29,11 +29,14 @@ from embedkit.index.ondisk import build_ondisk, check_ondisk_factory
 from embedkit.index.store import STORE
 from embedkit.index.vectors import Vectors
 from embedkit.outputs import replace_folder
+from embedkit.protocols import Capabilities, Hits
 from embedkit.storage import write_json
 
 
 class PartitionedIndex:
     """Index partitions searched together; the same search interface as ``Index``."""
+
+    engine = "faiss"
 
     def __init__(self, partitions: list[Index], meta: dict[str, Any], names: list[str] | None = None) -> None:
         if not partitions:
@@ -53,6 +56,18 @@ class PartitionedIndex:
 
     def __len__(self) -> int:
         return sum(len(part) for part in self.partitions)
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self.partitions[0].capabilities
+
+    @property
+    def model_settings(self) -> dict[str, Any]:
+        return self.partitions[0].model_settings
+
+    @classmethod
+    def open(cls, path: str | Path, **options: Any) -> PartitionedIndex:
+        return cls.load(path, **options)
 
     @property
     def ids(self) -> list[str]:
@@ -86,7 +101,7 @@ class PartitionedIndex:
 
     def search(
         self, queries: np.ndarray, k: int = 10, *, nprobe: int | None = None, ef_search: int | None = None, **more: Any
-    ) -> tuple[np.ndarray, list[list[str]]]:
+    ) -> Hits:
         """Top-``k`` over all partitions: ``Index.search`` on each, merged by score ('ip': larger, 'l2': smaller
         first). Ties keep partition order, then each partition's own order, so a hit found earlier ranks first."""
         answers = [part.search(queries, k, nprobe=nprobe, ef_search=ef_search, **more) for part in self.partitions]
@@ -99,7 +114,7 @@ class PartitionedIndex:
         for row, picks in enumerate(order):
             candidates = [doc for (found, hit) in answers for doc in _padded(hit[row], found.shape[1])]
             hits.append([candidates[j] for j in picks if candidates[j] is not None])
-        return merged_scores, hits
+        return Hits(merged_scores, hits)
 
     def check_model(self, settings: dict[str, Any]) -> None:
         """Refuse to search with a model other than the one that built the partitions."""

@@ -11,19 +11,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from embedkit.data.trec import TIE_BREAK, top_hits
+from embedkit.encode.folder import load_sparse_rows
 from embedkit.errors import EmbedkitError
+from embedkit.index.engine import open_meta, refuse_filter, write_meta
+from embedkit.index.registry import SPARSE_FORMAT as FORMAT
 from embedkit.outputs import replace_folder
+from embedkit.protocols import Capabilities, Hits
 from embedkit.sparse import SparseRows
-from embedkit.storage import read_json, read_lines, save_npz, write_json, write_lines
+from embedkit.storage import read_lines, save_npz, write_lines
 from embedkit.validation import check_whole
 
 SPARSE_INDEX_KIND = "sparse-index"
-FORMAT = f"embedkit.{SPARSE_INDEX_KIND}/1"
 QUERY_BLOCK = 256  # queries scored at once: a block's dense score matrix is QUERY_BLOCK x documents float32
 
 
@@ -32,6 +35,12 @@ class SparseExactIndex:
     documents: Any  # scipy.sparse.csr_matrix, documents x dim
     doc_ids: list[str]
     settings: dict[str, Any]  # the model's, from the embeddings folder
+    engine: ClassVar[str] = "exact"
+    capabilities: ClassVar[Capabilities] = Capabilities()
+
+    @property
+    def model_settings(self) -> dict[str, Any]:
+        return self.settings
 
     @classmethod
     def build(cls, embeddings: Any) -> SparseExactIndex:
@@ -52,7 +61,7 @@ class SparseExactIndex:
         with replace_folder(folder, SPARSE_INDEX_KIND, overwrite) as staging:
             save_npz(staging / "vectors.npz", indptr=matrix.indptr, indices=matrix.indices, values=matrix.data)
             write_lines(staging / "docid", self.doc_ids)
-            write_json(staging / "meta.json", {
+            write_meta(staging, {
                 "format": FORMAT,
                 "engine": "exact",
                 "documents": len(self),
@@ -64,18 +73,21 @@ class SparseExactIndex:
         return Path(folder)
 
     @classmethod
-    def load(cls, folder: str | Path) -> SparseExactIndex:
+    def open(cls, folder: str | Path) -> SparseExactIndex:
         folder = Path(folder)
-        meta = read_json(folder / "meta.json", "index metadata")
-        if not isinstance(meta, dict) or meta.get("format") != FORMAT or meta.get("engine") != "exact":
-            raise EmbedkitError("not an exact sparse index (meta.json)", path=folder, field="--index")
-        with np.load(folder / "vectors.npz", allow_pickle=False) as arrays:
-            rows = SparseRows(arrays["indptr"], arrays["indices"], arrays["values"], meta["dim"])
-        return cls(rows.to_scipy(), read_lines(folder / "docid"), meta["settings"])
+        meta = open_meta(folder, FORMAT, "exact", ("vectors.npz", "docid"), "an exact sparse index")
+        rows = load_sparse_rows(folder / "vectors.npz", meta["dim"])
+        doc_ids = read_lines(folder / "docid")
+        if len(rows) != len(doc_ids):
+            raise EmbedkitError(f"'vectors.npz' holds {len(rows)} rows, 'docid' {len(doc_ids)} ids", path=folder)
+        return cls(rows.to_scipy(), doc_ids, meta["settings"])
 
-    def search(self, queries: SparseRows, k: int) -> list[list[tuple[str, float]]]:
+    load = open
+
+    def search(self, queries: SparseRows, k: int, *, filter: str | None = None) -> Hits:
         """The top ``k`` documents of each query row, best first."""
         check_whole(k, "k", minimum=1)
+        refuse_filter(filter, "exact sparse")
         if queries.dim != self.documents.shape[1]:
             raise EmbedkitError(
                 f"queries have {queries.dim} dimensions, the index {self.documents.shape[1]}: another model's",
@@ -86,4 +98,5 @@ class SparseExactIndex:
             block = queries.take(range(start, min(start + QUERY_BLOCK, len(queries)))).to_scipy()
             scores = (block @ transposed).toarray().astype(np.float32)
             results += [top_hits(row, self.doc_ids, k, positive_only=True) for row in scores]
-        return results
+        return Hits.from_ranked(results, k)
+

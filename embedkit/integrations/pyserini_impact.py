@@ -17,18 +17,23 @@ import secrets
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from embedkit.data.trec import ranked
 from embedkit.errors import EmbedkitError
+from embedkit.index.engine import open_meta, refuse_filter, write_meta
+from embedkit.index.registry import SPARSE_FORMAT
 from embedkit.integrations.pyserini import is_lucene_index, start_jvm, versions
-from embedkit.outputs import check_output_folder, commit_folder, output_lock, recover
+from embedkit.outputs import check_output_folder, commit_folder, output_lock, recover, replace_folder
+from embedkit.protocols import Capabilities, Hits
 from embedkit.sparse import SparseRows
-from embedkit.storage import NEW_MARK, read_json, write_json
+from embedkit.storage import NEW_MARK, read_lines, write_lines
 from embedkit.validation import check_whole
 
 IMPACT_KIND = "sparse-index"
-FORMAT = f"embedkit.{IMPACT_KIND}/1"
+FORMAT = SPARSE_FORMAT
+ENGINE = "lucene-impact"
+TERMS = "terms"  # the term of each dimension, one a line: queries are written in the documents' words
 QUANTIZATION = 100
 DEPTH_MARGIN = 10  # hits read beyond k; where the last read still ties the k-th, the query is searched deeper
 
@@ -74,9 +79,10 @@ def build_impact_index(
             args = ["-collection", "JsonVectorCollection", "-input", str(work / "collection"), "-index"]
             args += [str(work / "index"), "-generator", "DefaultLuceneDocumentGenerator", "-threads", str(threads)]
             autoclass("io.anserini.index.IndexCollection").main([*args, "-impact", "-pretokenized", "-quiet"])
-            write_json(work / "index" / "meta.json", {
+            write_lines(work / "index" / TERMS, names(range(rows.dim)))
+            write_meta(work / "index", {
                 "format": FORMAT,
-                "engine": "lucene-impact",
+                "engine": ENGINE,
                 "documents": len(doc_ids),
                 "indexed": len(doc_ids) - len(empty),
                 "empty_documents": empty,
@@ -94,26 +100,57 @@ def build_impact_index(
 class LuceneImpact:
     """Searches an impact index with sparse query vectors (quantised as its documents were)."""
 
+    engine: ClassVar[str] = ENGINE
+    capabilities: ClassVar[Capabilities] = Capabilities()
+
     def __init__(self, folder: str | Path, threads: int = 1) -> None:
         self.folder = Path(folder)
-        meta = read_json(self.folder / "meta.json", "index metadata") if (self.folder / "meta.json").is_file() else {}
-        if not (isinstance(meta, dict) and meta.get("engine") == "lucene-impact" and is_lucene_index(self.folder)):
+        meta = open_meta(self.folder, FORMAT, ENGINE, (), "an embedkit Lucene impact index")
+        if not is_lucene_index(self.folder):
             raise EmbedkitError("not an embedkit Lucene impact index", path=self.folder, field="--index")
         self.meta, self.threads = meta, threads
+        # folders written before the terms were recorded take them from the model (``bind_model``)
+        self.term_names = _recorded_names(read_lines(self.folder / TERMS)) if (self.folder / TERMS).is_file() else None
         start_jvm()
         from jnius import autoclass
 
         self.searcher = autoclass("io.anserini.search.SimpleImpactSearcher")(str(self.folder))
+
+    @classmethod
+    def open(cls, folder: str | Path) -> LuceneImpact:
+        return cls(folder)
+
+    def __len__(self) -> int:
+        return int(self.meta["documents"])
 
     @property
     def settings(self) -> dict[str, Any]:
         """The settings of the model whose vectors the index holds (as ``SparseExactIndex.settings``)."""
         return self.meta["settings"]
 
-    def search(self, query_ids: Sequence[str], rows: SparseRows, names: Any, k: int) -> dict[str, dict[str, float]]:
+    model_settings = settings
+
+    def bind_model(self, model: Any) -> None:
+        """Name query terms with the model's vocabulary where the folder does not record its terms."""
+        if self.term_names is None:
+            self.term_names = model.token_names
+
+    def save(self, path: str | Path, overwrite: bool = False) -> Path:
+        """A copy of the folder at ``path`` (Lucene's files are written once and never change)."""
+        with replace_folder(path, IMPACT_KIND, overwrite) as staging:
+            shutil.copytree(self.folder, staging, dirs_exist_ok=True)
+        return Path(path)
+
+    def search(self, rows: SparseRows, k: int, *, filter: str | None = None) -> Hits:
         from jnius import autoclass
 
         check_whole(k, "k", minimum=1)
+        refuse_filter(filter, "Lucene impact")
+        if self.term_names is None:
+            raise EmbedkitError("this index lists no terms (built before 0.2): search it through its model, whose "
+                                "check(index) gives the vocabulary", path=self.folder)  # fmt: skip
+        names = self.term_names
+        query_ids = [str(i) for i in range(len(rows))]
         quantised = rows.quantized(self.meta["quantization"])
         vectors, ids = autoclass("java.util.ArrayList")(), autoclass("java.util.ArrayList")()
         hashmap, integer = autoclass("java.util.HashMap"), autoclass("java.lang.Integer")
@@ -132,7 +169,11 @@ class LuceneImpact:
             while _tied_past(hits.get(query_id, {}), k, deeper):
                 deeper *= 4
                 hits[query_id] = {h.docid: float(h.score) for h in self.searcher.search(vectors.get(i), deeper)}
-        return {q: dict(ranked(hits.get(q, {}))[:k]) for q in query_ids}
+        return Hits.from_ranked([ranked(hits.get(q, {}))[:k] for q in query_ids], k)
+
+
+def _recorded_names(terms: list[str]) -> Any:
+    return lambda indices: [terms[int(i)] for i in indices]
 
 
 def _entries(found: Any) -> list[tuple[str, Any]]:

@@ -16,19 +16,22 @@ import shutil
 from collections.abc import Sequence
 from importlib.metadata import version
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from embedkit.data.trec import ranked
 from embedkit.errors import EmbedkitError
-from embedkit.outputs import check_output_folder, commit_folder, output_lock, recover
+from embedkit.index.engine import open_meta, refuse_filter, write_meta
+from embedkit.index.registry import SPARSE_FORMAT
+from embedkit.outputs import check_output_folder, commit_folder, output_lock, recover, replace_folder
+from embedkit.protocols import Capabilities, Hits
 from embedkit.sparse import SparseRows
-from embedkit.storage import NEW_MARK, read_json, write_json
+from embedkit.storage import NEW_MARK
 from embedkit.validation import check_whole
 
 KIND = "sparse-index"
-FORMAT = f"embedkit.{KIND}/1"
+FORMAT = SPARSE_FORMAT
 ENGINE = "seismic"
 INDEX_FILE = "seismic"  # Seismic appends ".index.seismic"
 BUILD = {"n_postings": 3500, "centroid_fraction": 0.1, "min_cluster_size": 2, "summary_energy": 0.4, "doc_cut": 15}
@@ -68,7 +71,7 @@ def build_seismic_index(
                 dataset.add_document(doc_id, _terms(seismic, indices), values.astype(np.float32))
             index = seismic.SeismicIndex.build_from_dataset(dataset, **BUILD, num_threads=1)
             index.save(str(work / INDEX_FILE))
-            write_json(work / "meta.json", {
+            write_meta(work, {
                 "format": FORMAT,
                 "engine": ENGINE,
                 "documents": len(doc_ids),
@@ -88,35 +91,51 @@ def build_seismic_index(
 class SeismicSparse:
     """Searches a Seismic index with sparse query vectors."""
 
+    engine: ClassVar[str] = ENGINE
+    capabilities: ClassVar[Capabilities] = Capabilities(approximate=True)
+
     def __init__(self, folder: str | Path, query_cut: int | None = None, heap_factor: float | None = None) -> None:
         self.folder = Path(folder)
-        meta = read_json(self.folder / "meta.json", "index metadata") if (self.folder / "meta.json").is_file() else {}
         path = self.folder / f"{INDEX_FILE}.index.seismic"
-        if not (isinstance(meta, dict) and meta.get("engine") == ENGINE and path.is_file()):
-            raise EmbedkitError("not an embedkit Seismic index", path=self.folder, field="--index")
-        self.meta = meta
+        self.meta = open_meta(self.folder, FORMAT, ENGINE, (path.name,), "an embedkit Seismic index")
         self.search_params = {"query_cut": query_cut or SEARCH["query_cut"],
                               "heap_factor": heap_factor or SEARCH["heap_factor"]}  # fmt: skip
         self.index = _seismic().SeismicIndex.load(str(path))
+
+    @classmethod
+    def open(cls, folder: str | Path) -> SeismicSparse:
+        return cls(folder)
+
+    def __len__(self) -> int:
+        return int(self.meta["documents"])
 
     @property
     def settings(self) -> dict[str, Any]:
         """The settings of the model whose vectors the index holds (as ``SparseExactIndex.settings``)."""
         return self.meta["settings"]
 
-    def search(self, query_ids: Sequence[str], rows: SparseRows, names: Any, k: int) -> dict[str, dict[str, float]]:
-        """Each query's top ``k`` (``names`` is unused: the index's terms are dimension numbers)."""
+    model_settings = settings
+
+    def save(self, path: str | Path, overwrite: bool = False) -> Path:
+        """A copy of the folder at ``path`` (Seismic's file is written once and never changes)."""
+        with replace_folder(path, KIND, overwrite) as staging:
+            shutil.copytree(self.folder, staging, dirs_exist_ok=True)
+        return Path(path)
+
+    def search(self, rows: SparseRows, k: int, *, filter: str | None = None) -> Hits:
+        """Each query's top ``k``."""
         check_whole(k, "k", minimum=1)
+        refuse_filter(filter, "Seismic")
         seismic = _seismic()
-        positions = {f"{i}": query_id for i, query_id in enumerate(query_ids)}  # ids the string type cannot cut
-        components = [_terms(seismic, rows.row(i)[0]) for i in range(len(query_ids))]
-        values = [rows.row(i)[1].astype(np.float32) for i in range(len(query_ids))]
+        count = len(rows)
+        components = [_terms(seismic, rows.row(i)[0]) for i in range(count)]
+        values = [rows.row(i)[1].astype(np.float32) for i in range(count)]
         found = self.index.batch_search(
-            queries_ids=_terms(seismic, np.arange(len(query_ids))), query_components=components,
+            queries_ids=_terms(seismic, np.arange(count)), query_components=components,
             query_values=values, k=int(k), **self.search_params, num_threads=1,
         )  # fmt: skip
-        run: dict[str, dict[str, float]] = {query_id: {} for query_id in query_ids}
-        for hits in found:
+        run: dict[int, dict[str, float]] = {i: {} for i in range(count)}
+        for hits in found:  # a query matching nothing comes back empty, without its position
             if hits:
-                run[positions[hits[0][0]]] = {doc_id: float(score) for _, score, doc_id in hits}
-        return {query_id: dict(ranked(hits)[:k]) for query_id, hits in run.items()}
+                run[int(hits[0][0])] = {doc_id: float(score) for _, score, doc_id in hits}
+        return Hits.from_ranked([ranked(run[i])[:k] for i in range(count)], k)

@@ -13,6 +13,7 @@ import numpy as np
 from embedkit.data.beir import doc_text
 from embedkit.errors import EmbedkitError
 from embedkit.models.chunking import Chunking, Chunks
+from embedkit.models.encoder import DENSE_IDENTITY, Encoder
 from embedkit.models.reference import weights_sha256
 from embedkit.validation import check_sequence, check_text, check_texts
 
@@ -20,12 +21,15 @@ if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
 
 
-class EmbeddingModel:
-    """Encodes queries and documents (the BEIR protocol) with recorded, reproducible settings.
+class EmbeddingModel(Encoder):
+    """Encodes queries and documents (the BEIR protocol) to one vector each, with recorded, reproducible settings.
 
     The network is a plain ``SentenceTransformer`` (``.st``), so anything that library does with a model,
     saving, training and model cards included, works on it unchanged.
     """
+
+    kind = "dense"
+    identity = DENSE_IDENTITY
 
     def __init__(
         self,

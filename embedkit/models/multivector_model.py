@@ -32,6 +32,7 @@ class MultiVectorModel(StackModel):
     """Encodes queries and documents to ``TokenRows`` with recorded settings; ``.st`` is the ``MultiVectorEncoder``."""
 
     kind = "multivector"
+    identity = ("model", "weights_sha256", "dim", "max_length", "document_prompt")  # what made the documents' vectors
 
     def __init__(self, st: Any, *, pool_factor: float = 1.0, token_dtype: str = "float16", **common: Any) -> None:
         super().__init__(st, **common)

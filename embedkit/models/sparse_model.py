@@ -41,6 +41,7 @@ class SparseModel(StackModel):
     """Encodes queries and documents to ``SparseRows`` with recorded settings; ``.st`` is the ``SparseEncoder``."""
 
     kind = "sparse"
+    identity = ("weights_sha256", "dim")  # the same weights read from another folder encode the same vectors
 
     def __init__(self, st: Any, *, max_active_dims: int | None = None, **common: Any) -> None:
         super().__init__(st, **common)

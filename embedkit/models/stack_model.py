@@ -10,14 +10,14 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from embedkit.models.encoder import Encoder
 from embedkit.models.reference import weights_sha256
 from embedkit.validation import check_text, check_texts
 
 CHUNK = 256  # texts per call into the library: bounds the tensors held at once
 
 
-class StackModel:
-    kind = ""
+class StackModel(Encoder):
 
     def __init__(
         self,

@@ -10,7 +10,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from embedkit.data.beir import BeirDataset
-from embedkit.data.trec import ranked
 from embedkit.encode.cache import cached_corpus_embeddings
 from embedkit.encode.executor import ShardExecutor
 from embedkit.encode.folder import EmbeddingsFolder
@@ -20,8 +19,9 @@ from embedkit.index.faiss_helpers import BuildSettings
 from embedkit.index.faiss_index import Index
 from embedkit.index.partitioned import PartitionedIndex
 from embedkit.models.embedding_model import EmbeddingModel
-from embedkit.protocols import Run
+from embedkit.protocols import Hits, Run
 from embedkit.search.chunks import Aggregation, check_aggregation, chunking_of, search_chunked
+from embedkit.search.queries import hits_to_run
 from embedkit.search.retriever import Dense
 
 
@@ -51,15 +51,10 @@ def dense_search(
         extra["filter"] = filter
     if chunking_of(index) is not None:
         found = search_chunked(index, vectors, depth, aggregation, nprobe=nprobe, ef_search=ef_search, **extra)
-        scores = [[hit.score for hit in row] for row in found]
-        hits = [[hit.document for hit in row] for row in found]
+        hits = Hits.from_ranked([[(hit.document, hit.score) for hit in row] for row in found], depth)
     else:
-        scores, hits = index.search(vectors, depth, nprobe=nprobe, ef_search=ef_search, **extra)
-    run: Run = {}
-    for query_id, row_scores, row_ids in zip(query_ids, scores, hits):
-        pairs = [(d, float(s)) for d, s in zip(row_ids, row_scores) if not (ignore_identical_ids and d == query_id)]
-        run[query_id] = dict(ranked(dict(pairs))[:k])  # ties cut as trec_eval ranks them (TIE_BREAK)
-    return run
+        hits = index.search(vectors, depth, nprobe=nprobe, ef_search=ef_search, **extra)
+    return hits_to_run(hits, query_ids, k, ignore_identical_ids)
 
 
 class DenseRetrieval:

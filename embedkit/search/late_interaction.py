@@ -15,15 +15,11 @@ from embedkit.data.beir import BeirDataset
 from embedkit.encode.cache import cached_corpus_embeddings
 from embedkit.encode.folder import EmbeddingsFolder
 from embedkit.errors import EmbedkitError
-from embedkit.index.faiss_helpers import check_model_settings
-from embedkit.index.multivector_exact import FORMAT as MULTIVECTOR_FORMAT
 from embedkit.index.multivector_exact import MultiVectorExactIndex
 from embedkit.index.multivector_ivf import MultiVectorIVFIndex
 from embedkit.protocols import Run
+from embedkit.search.queries import search_queries
 from embedkit.search.retriever import LateInteraction
-from embedkit.storage import read_json
-
-LATE_IDENTITY = ("model", "weights_sha256", "dim", "max_length", "document_prompt")  # what made the documents' vectors
 
 
 def check_multivector_model(model: Any) -> None:
@@ -73,15 +69,6 @@ class LateInteractionRetrieval:
         return run
 
 
-def open_multivector_index(folder: str | Path) -> MultiVectorExactIndex | MultiVectorIVFIndex | None:
-    """The multi-vector index in ``folder`` (exact or IVF), or None when it is not one."""
-    meta_path = Path(folder) / "meta.json"
-    meta = read_json(meta_path, "index metadata") if meta_path.is_file() else None
-    if not isinstance(meta, dict) or meta.get("format") != MULTIVECTOR_FORMAT:
-        return None
-    return MultiVectorIVFIndex.load(folder) if meta.get("engine") == "ivf" else MultiVectorExactIndex.load(folder)
-
-
 def late_search(
     model: Any,
     index: MultiVectorExactIndex | MultiVectorIVFIndex,
@@ -92,13 +79,7 @@ def late_search(
     """Top-``k`` documents per query by MaxSim, and the queries' token counts; with ``ignore_identical_ids`` a hit
     whose id equals the query id is dropped (one deeper is searched)."""
     check_multivector_model(model)
-    check_model_settings({key: index.settings.get(key) for key in LATE_IDENTITY}, model.settings)
-    query_ids = list(queries)
-    vectors = model.encode_queries([queries[q] for q in query_ids])
-    depth = k + 1 if ignore_identical_ids else k
-    run = {q: dict(hits) for q, hits in zip(query_ids, index.search(vectors, depth), strict=True)}
-    if ignore_identical_ids:
-        run = {q: dict(list({d: s for d, s in hits.items() if d != q}.items())[:k]) for q, hits in run.items()}
+    run, vectors = search_queries(model, index, queries, k, ignore_identical_ids=ignore_identical_ids)
     lengths = vectors.lengths
     stats = {"rows": len(lengths), "mean": float(lengths.mean()) if len(lengths) else 0.0,
              "max": int(lengths.max()) if len(lengths) else 0}  # fmt: skip

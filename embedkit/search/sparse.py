@@ -14,11 +14,11 @@ from embedkit.data.beir import BeirDataset
 from embedkit.encode.cache import cached_corpus_embeddings, default_cache_root
 from embedkit.encode.folder import EmbeddingsFolder
 from embedkit.errors import EmbedkitError
-from embedkit.index.sparse_exact import FORMAT as SPARSE_FORMAT
 from embedkit.index.sparse_exact import SparseExactIndex
 from embedkit.protocols import Run
+from embedkit.search.queries import search_queries
 from embedkit.search.retriever import Sparse
-from embedkit.storage import read_json, sha256_json
+from embedkit.storage import sha256_json
 
 
 def check_sparse_model(model: Any) -> None:
@@ -87,36 +87,11 @@ def _key(embeddings: EmbeddingsFolder, build: Any) -> str:
     return sha256_json({"embeddings": embeddings.manifest["shards"], "quantization": build})
 
 
-def open_sparse_index(folder: str | Path) -> Any | None:
-    """The sparse index in ``folder`` (exact, Lucene impact or Seismic), or None when it is not one."""
-    meta_path = Path(folder) / "meta.json"
-    meta = read_json(meta_path, "index metadata") if meta_path.is_file() else None
-    if not isinstance(meta, dict) or meta.get("format") != SPARSE_FORMAT:
-        return None
-    if meta.get("engine") == "exact":
-        return SparseExactIndex.load(folder)
-    if meta.get("engine") == "seismic":
-        from embedkit.integrations.seismic import SeismicSparse
-
-        return SeismicSparse(folder)
-    from embedkit.integrations.pyserini_impact import LuceneImpact
-
-    return LuceneImpact(folder)
-
-
 def sparse_search(
     model: Any, index: Any, queries: dict[str, str], k: int, ignore_identical_ids: bool = False
 ) -> tuple[Run, dict[str, float]]:
     """Top-``k`` documents per query from a sparse index, and the queries' non-zeros; with ``ignore_identical_ids``
     a hit whose id equals the query id is dropped (one deeper is searched)."""
     check_sparse_model(model)
-    query_ids = list(queries)
-    vectors = model.encode_queries([queries[q] for q in query_ids])
-    depth = k + 1 if ignore_identical_ids else k
-    if isinstance(index, SparseExactIndex):
-        run = {q: dict(hits) for q, hits in zip(query_ids, index.search(vectors, depth), strict=True)}
-    else:
-        run = index.search(query_ids, vectors, model.token_names, depth)
-    if ignore_identical_ids:
-        run = {q: dict(list({d: s for d, s in hits.items() if d != q}.items())[:k]) for q, hits in run.items()}
-    return run, vectors.nnz_stats()
+    run, rows = search_queries(model, index, queries, k, ignore_identical_ids=ignore_identical_ids)
+    return run, rows.nnz_stats()

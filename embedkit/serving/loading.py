@@ -26,15 +26,11 @@ def load_engine(
     ``aggregation`` how a chunked index's chunk scores make a document's (``embedkit.search.chunks``).
     """
     from embedkit.data.beir import load_dataset
-    from embedkit.index.partitioned import load_index
+    from embedkit.index.registry import open_index
     from embedkit.models.loading import load_model_from_settings
-    from embedkit.search.late_interaction import open_multivector_index
-    from embedkit.search.sparse import open_sparse_index
 
-    late = open_multivector_index(index)
-    sparse = open_sparse_index(index) if late is None else late
-    if sparse is not None:
-        from embedkit.serving.late_engine import LateInteractionEngine
+    opened = open_index(index)  # files checked before any model loads
+    if opened.engine != "faiss":  # the engines of sparse and token rows: searched through their own parameters
         from embedkit.serving.sparse_engine import SparseEngine
 
         if nprobe is not None or ef_search is not None:
@@ -42,15 +38,13 @@ def load_engine(
         if aggregation is not None:
             raise EmbedkitError("combines chunk scores of a FAISS index of chunks, not this one", field="--aggregation")
         data = load_dataset(dataset, data_dir=data_dir) if dataset is not None else None
-        model = load_model_from_settings(sparse.settings, **runtime)
-        engine = SparseEngine if late is None else LateInteractionEngine
-        return engine(model, sparse, data, snippet_chars=snippet_chars, index_path=index)
-    opened = load_index(index)
+        model = load_model_from_settings(opened.model_settings, **runtime)
+        return SparseEngine(model, opened, data, snippet_chars=snippet_chars, index_path=index)
     if nprobe is not None or ef_search is not None:
         opened.set_search_params(nprobe=nprobe, ef_search=ef_search)
     data = None
     if dataset is not None:
         data = load_dataset(dataset, data_dir=data_dir)
         data.row_of  # noqa: B018 - reads the corpus now, so a broken corpus file fails before the model loads
-    model = load_model_from_settings(opened.meta.get("model") or {}, **runtime)
+    model = load_model_from_settings(opened.model_settings, **runtime)
     return Engine(model, opened, data, snippet_chars=snippet_chars, index_path=index, aggregation=aggregation)

@@ -1,8 +1,9 @@
-"""``SparseEngine``: the serving engine over a sparse model's index (exact or Lucene impact).
+"""``SparseEngine``: the serving engine over an index of sparse or token rows (any engine the registry opens).
 
 The same batches as ``Engine``: every text of a batch encoded in one ``encode_queries`` call, each request searched
-at its own ``k`` with the library's ``sparse_search`` path, so the answers are the library's; embeddings are the
-queries' sparse vectors (``{"indices", "values"}`` per text, as text-embeddings-inference's ``/embed_sparse`` gives).
+at its own ``k`` through the index's own ``search``, so the answers are the library's; embeddings are the queries'
+rows: sparse vectors (``{"indices", "values"}`` per text, as text-embeddings-inference's ``/embed_sparse`` gives) or
+token vectors (a list of vectors per text).
 """
 
 from __future__ import annotations
@@ -11,27 +12,24 @@ from pathlib import Path
 from typing import Any
 
 from embedkit.errors import EmbedkitError
-from embedkit.index.sparse_exact import SparseExactIndex
-from embedkit.search.sparse import check_sparse_model
 from embedkit.serving.engine import Engine
 from embedkit.validation import check_texts, check_whole
 
 
 class SparseEngine(Engine):
     def __init__(self, model: Any, index: Any, dataset: Any = None, snippet_chars: int = 300, index_path=None) -> None:
-        check_sparse_model(model)
-        if index.settings.get("weights_sha256") != model.settings.get("weights_sha256"):
-            raise EmbedkitError("is not the model this sparse index was built with (weights differ)", field="--model")
+        if model.kind == "dense":
+            raise EmbedkitError(f"'{model.name}' is a dense model; this index holds another family's rows",
+                                field="--model")  # fmt: skip
+        model.check(index)
         self.model, self.index, self.dataset, self.snippet_chars = model, index, dataset, snippet_chars
         self.index_path = None if index_path is None else str(Path(index_path).resolve())
         self.model_settings = model.settings
 
     def describe(self) -> dict[str, Any]:
-        exact = isinstance(self.index, SparseExactIndex)
-        count = len(self.index) if exact else self.index.meta["documents"]
-        engine = "exact" if exact else "lucene-impact"
+        index = {"path": self.index_path, "engine": self.index.engine, "count": len(self.index), "dim": self.model.dim}
         return {
-            "index": {"path": self.index_path, "engine": engine, "count": count, "dim": self.model.dim},
+            "index": index,
             "model": {**self.model_settings, "device": self.model.device},
             "dataset": None if self.dataset is None else {"name": self.dataset.name, "path": str(self.dataset.path)},
         }
@@ -53,11 +51,8 @@ class SparseEngine(Engine):
 
     def _search(self, rows: Any, k: int) -> list[list[tuple[str, float]]]:
         """Each row's top ``k`` (id, score), best first."""
-        if isinstance(self.index, SparseExactIndex):
-            return self.index.search(rows, k)
-        ids = [str(i) for i in range(len(rows))]
-        found = self.index.search(ids, rows, self.model.token_names, k)
-        return [list(found[i].items()) for i in ids]
+        hits = self.index.search(rows, k)
+        return [hits.ranked(i) for i in range(len(rows))]
 
     def token_count(self, texts: list[str]) -> int:
         """Tokens the document tokenizer reads of the texts (after truncation)."""

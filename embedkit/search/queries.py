@@ -1,0 +1,35 @@
+"""``search_queries``: a model's queries against any index (``embedkit.protocols``), as a ``Run``.
+
+One path for every family: the model checks the index (``Encoder.check``), encodes the queries to its rows, and the
+index answers ``search(rows, k) -> Hits``. BEIR's rule for ArguAna and Quora (a hit whose id is the query's own is
+dropped, one deeper searched so ``k`` remain) is applied here and only here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from embedkit.data.trec import ranked
+from embedkit.protocols import Hits, Run
+
+
+def search_queries(
+    model: Any, index: Any, queries: dict[str, str], k: int, *, ignore_identical_ids: bool = False, **options: Any
+) -> tuple[Run, Any]:
+    """Top-``k`` documents per query, and the query rows (for their statistics); ``options`` go to the index's
+    ``search`` (``filter``, an engine's own parameters)."""
+    model.check(index)
+    query_ids = list(queries)
+    rows = model.encode_queries([queries[q] for q in query_ids])
+    hits = index.search(rows, k + 1 if ignore_identical_ids else k, **options)
+    return hits_to_run(hits, query_ids, k, ignore_identical_ids), rows
+
+
+def hits_to_run(hits: Hits, query_ids: list[str], k: int, ignore_identical_ids: bool = False) -> Run:
+    """Each query's hits as a ``Run`` cut to ``k`` in ``TIE_BREAK`` order (trec_eval's), its own id dropped with
+    ``ignore_identical_ids``."""
+    run: Run = {}
+    for i, query_id in enumerate(query_ids):
+        pairs = [(d, s) for d, s in hits.ranked(i) if not (ignore_identical_ids and d == query_id)]
+        run[query_id] = dict(ranked(dict(pairs))[:k])
+    return run
