@@ -94,7 +94,8 @@ class Encoder(Protocol):
 class SearchIndex(Protocol):
     """Document rows of one model, searched by one engine."""
 
-    engine: str  # the registry's name for it: "faiss", "sparse-exact", "lucene-impact", "seismic", ...
+    engine: str  # the registry's name for it: "faiss", "exact", "ivf", "lucene-impact", "seismic", ...
+    family: str  # the rows it holds: "dense", "sparse", "multivector" (``embedkit.rows``)
     capabilities: Capabilities
 
     @property

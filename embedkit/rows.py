@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from embedkit.errors import EmbedkitError
-from embedkit.multivector import TokenRows
+from embedkit.multivector import TokenRows, maxsim
 from embedkit.sparse import SparseRows
 from embedkit.storage import load_npy, save_npy, save_npz
 
@@ -22,6 +22,7 @@ from embedkit.storage import load_npy, save_npy, save_npz
 class RowFormat:
     kind: ClassVar[str]
     suffix: ClassVar[str]  # the shard file's
+    positive_only: ClassVar[bool] = False  # a score of 0 or less is no hit (a sparse product sharing no term)
 
     def write(self, path: Path, rows: Any) -> None:
         raise NotImplementedError
@@ -39,6 +40,27 @@ class RowFormat:
         """What a shard's manifest entry records about its rows beyond their count."""
         return {}
 
+    def take(self, rows: Any, positions: Sequence[int]) -> Any:
+        return rows.take(positions)
+
+    def to_blobs(self, rows: Any) -> list[bytes]:
+        """Each row as bytes (a living index's store keeps one per document)."""
+        raise NotImplementedError
+
+    def from_blobs(self, blobs: Sequence[bytes], dim: int, settings: dict[str, Any]) -> Any:
+        raise NotImplementedError
+
+    def score(self, queries: Any, documents: Any) -> np.ndarray:
+        """Exact scores ``[queries, documents]`` in float32: the family's own similarity, the reference every
+        approximate engine of the family is measured against."""
+        raise NotImplementedError
+
+    def check(self, rows: Any, count: int, dim: int, field: str = "vectors") -> Any:
+        """Rows given for ``count`` documents of ``dim`` dimensions, refused with one line otherwise."""
+        if format_of(rows) is not self or len(rows) != count or self.shape(rows)[1] != dim:
+            raise EmbedkitError(f"{count} documents need {count} {self.kind} rows of {dim} dimensions", field=field)
+        return rows
+
 
 class DenseFormat(RowFormat):
     kind, suffix = "dense", ".npy"
@@ -54,6 +76,28 @@ class DenseFormat(RowFormat):
 
     def shape(self, rows: np.ndarray) -> tuple[int, int]:
         return rows.shape
+
+    def take(self, rows: np.ndarray, positions: Sequence[int]) -> np.ndarray:
+        return rows[np.asarray(positions, dtype=np.int64)]
+
+    def to_blobs(self, rows: np.ndarray) -> list[bytes]:
+        return [np.ascontiguousarray(row, dtype=np.float32).tobytes() for row in rows]
+
+    def from_blobs(self, blobs: Sequence[bytes], dim: int, settings: dict[str, Any]) -> np.ndarray:
+        if not blobs:
+            return np.empty((0, dim), dtype=np.float32)
+        return np.stack([np.frombuffer(blob, dtype=np.float32) for blob in blobs])
+
+    def score(self, queries: np.ndarray, documents: np.ndarray) -> np.ndarray:
+        return (np.asarray(queries, np.float32) @ np.asarray(documents, np.float32).T).astype(np.float32)
+
+    def check(self, rows: Any, count: int, dim: int, field: str = "vectors") -> np.ndarray:
+        rows = np.asarray(rows, dtype=np.float32)
+        if rows.shape != (count, dim):
+            raise EmbedkitError(f"{count} ids need {count} x {dim} vectors, not {rows.shape}", field=field)
+        if not np.isfinite(rows).all():
+            raise EmbedkitError("a vector holds NaN or infinity", field=field)
+        return rows
 
 
 class SparseFormat(RowFormat):
@@ -72,6 +116,34 @@ class SparseFormat(RowFormat):
     def stats(self, rows: SparseRows) -> dict[str, Any]:
         return {"nnz": rows.nnz_stats()}  # non-zeros per document: what a sparse index stores and reads
 
+    positive_only = True
+
+    def to_blobs(self, rows: SparseRows) -> list[bytes]:
+        out = []
+        for i in range(len(rows)):
+            indices, values = rows.row(i)
+            out.append(indices.astype("<i4").tobytes() + values.astype("<f4").tobytes())
+        return out
+
+    def from_blobs(self, blobs: Sequence[bytes], dim: int, settings: dict[str, Any]) -> SparseRows:
+        counts = [len(blob) // 8 for blob in blobs]
+        indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        indices = [np.frombuffer(blob[: 4 * n], "<i4") for blob, n in zip(blobs, counts)]
+        values = [np.frombuffer(blob[4 * n :], "<f4") for blob, n in zip(blobs, counts)]
+        if not blobs:
+            return SparseRows.empty(dim)
+        return SparseRows(indptr, np.concatenate(indices).astype(np.int32), np.concatenate(values).astype(np.float32),
+                          dim)  # fmt: skip
+
+    def score(self, queries: SparseRows, documents: SparseRows) -> np.ndarray:
+        return (queries.to_scipy() @ documents.to_scipy().T).toarray().astype(np.float32)
+
+    def check(self, rows: Any, count: int, dim: int, field: str = "vectors") -> SparseRows:
+        rows = super().check(rows, count, dim, field)
+        if not np.isfinite(rows.values).all():
+            raise EmbedkitError("a sparse vector holds NaN or infinity", field=field)
+        return rows
+
 
 class TokenFormat(RowFormat):
     kind, suffix = "multivector", ".npz"
@@ -88,6 +160,24 @@ class TokenFormat(RowFormat):
 
     def stats(self, rows: TokenRows) -> dict[str, Any]:
         return {"tokens": rows.token_stats()}  # tokens and stored bytes per document: what a late index holds
+
+    def to_blobs(self, rows: TokenRows) -> list[bytes]:
+        return [np.ascontiguousarray(rows.row(i)).tobytes() for i in range(len(rows))]
+
+    def from_blobs(self, blobs: Sequence[bytes], dim: int, settings: dict[str, Any]) -> TokenRows:
+        dtype = np.dtype(settings.get("token_dtype") or "float16")
+        parts = [np.frombuffer(blob, dtype).reshape(-1, dim) for blob in blobs]
+        offsets = np.concatenate([[0], np.cumsum([len(p) for p in parts])]).astype(np.int64)
+        return TokenRows(offsets, np.concatenate(parts) if parts else np.zeros((0, dim), dtype))
+
+    def score(self, queries: TokenRows, documents: TokenRows) -> np.ndarray:
+        return maxsim(queries, documents)
+
+    def check(self, rows: Any, count: int, dim: int, field: str = "vectors") -> TokenRows:
+        rows = super().check(rows, count, dim, field)
+        if not np.isfinite(rows.vectors).all():
+            raise EmbedkitError("a token vector holds NaN or infinity", field=field)
+        return rows
 
 
 ROW_FORMATS: dict[str, RowFormat] = {fmt.kind: fmt for fmt in (DenseFormat(), SparseFormat(), TokenFormat())}

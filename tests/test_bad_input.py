@@ -604,7 +604,7 @@ CASES: list[tuple[str, Setup, str]] = [
         r"option '--chunk-size': sizes chunks; give --chunking",
     ),
     (
-        "chunking-a-sparse-model",
+        "late-chunking-a-sparse-model",
         lambda w, a: [
             "encode",
             "--corpus",
@@ -614,9 +614,9 @@ CASES: list[tuple[str, Setup, str]] = [
             "-m",
             str(a["splade"]),
             "--chunking",
-            "window",
+            "late",
         ],
-        r"'chunking': is a sparse model \(SparseEncoder\): it has no chunking to choose",
+        r"option '--chunking': late chunking pools a dense model's token vectors; chunk a sparse model with window",
     ),
     (
         "zero-max-active-dims",

@@ -1,7 +1,8 @@
 """``embedkit index add|upsert|delete|compact|check``: change an index folder in place, one transaction a command.
 
-The first change gives the folder its store (``store.sqlite``: ids, metadata, vectors; ``--fields`` declares which
-metadata fields filters may use); readers of the snapshot (pyserini, older embedkit) keep opening the folder.
+The first change gives the folder its store (``store.sqlite``: ids, metadata, rows; ``--fields`` declares which
+metadata fields filters may use); readers of the snapshot (pyserini, older embedkit) keep opening the folder. Any
+family's index takes changes: a FAISS index in place, a sparse or multi-vector one beside its snapshot.
 """
 
 from __future__ import annotations
@@ -57,9 +58,9 @@ def read_documents(path: Path) -> tuple[list[str], list[str], list[dict[str, Any
 
 def _open(index: Path, fields: str | None):
     from embedkit.index.filters import parse_fields
-    from embedkit.index.live import LiveIndex
+    from embedkit.index.registry import open_live
 
-    return LiveIndex.open(index, fields=None if fields is None else parse_fields(fields))
+    return open_live(index, fields=None if fields is None else parse_fields(fields))
 
 
 def _write(index: Path, corpus: Path | None, dataset: str | None, embeddings: Path | None, fields: str | None,
@@ -79,7 +80,7 @@ def _write(index: Path, corpus: Path | None, dataset: str | None, embeddings: Pa
         ids, texts, metadata = read_documents(corpus)
         from embedkit.models.loading import load_model_from_settings
 
-        model = load_model_from_settings(live.meta.get("model") or {})  # the model that encoded the index
+        model = load_model_from_settings(live.model_settings)  # the model that encoded the index
         version = write(ids, texts=texts, metadata=metadata, model=model)
     else:
         from embedkit.encode.folder import EmbeddingsFolder
@@ -128,17 +129,17 @@ def delete(
 
 def compact(index: IndexFolder) -> None:
     """Rebuild the live documents into a new snapshot (tombstones dropped), swapped in whole."""
-    from embedkit.index.live import LiveIndex
+    from embedkit.index.registry import load_live
 
-    record = LiveIndex.load_live(index).compact()
+    record = load_live(index).compact()
     typer.echo(f"compacted {index}: {record['documents']} documents, {record['removed']} removed")
 
 
 def check(index: IndexFolder) -> None:
     """Whether the store, the snapshot and the searched vectors agree; prints a JSON report, exit 1 if not."""
-    from embedkit.index.live import LiveIndex
+    from embedkit.index.registry import load_live
 
-    report = LiveIndex.load_live(index).check()
+    report = load_live(index).check()
     typer.echo(json.dumps(report, indent=2))
     if not report["ok"]:
         raise typer.Exit(1)

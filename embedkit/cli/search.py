@@ -104,7 +104,8 @@ def search(
     if not faiss:
         from embedkit.search.queries import search_queries
 
-        run, _ = search_queries(embedder, opened, texts, k, ignore_identical_ids=ignore_identical_ids)
+        given_filter = {} if metadata_filter is None else {"filter": metadata_filter}
+        run, _ = search_queries(embedder, opened, texts, k, ignore_identical_ids=ignore_identical_ids, **given_filter)
         write_run(output, run)
         typer.echo(f"{len(run)} queries searched; run written to {output}")
         return

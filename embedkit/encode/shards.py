@@ -74,11 +74,13 @@ def commit_shard(
 
     ``Chunks`` (a chunked encode) are written as rows ``<id>#<n>`` with their character spans beside them."""
     name = shard_name(index)
-    if isinstance(vectors, Chunks):
+    if isinstance(vectors, Chunks):  # any family's rows, one per chunk
+        rows = format_of(vectors.vectors)
         write_lines(folder / f"{name}.docid", chunk_ids(ids, vectors.counts))
         save_npy(folder / f"{name}{SPANS_SUFFIX}", vectors.spans)
-        save_npy(folder / f"{name}.npy", vectors.vectors)
-        return shard_entry(folder, index, len(vectors.vectors), documents=len(ids))
+        rows.write(folder / f"{name}{rows.suffix}", vectors.vectors)
+        entry = shard_entry(folder, index, len(vectors.vectors), rows.suffix, documents=len(ids))
+        return entry | rows.stats(vectors.vectors)
     write_lines(folder / f"{name}.docid", ids)
     rows = format_of(vectors)
     rows.write(folder / f"{name}{rows.suffix}", vectors)

@@ -47,6 +47,7 @@ class Index(SearchParams):
     """
 
     engine = "faiss"
+    family = "dense"
 
     def __init__(self, index: faiss.Index | faiss.IndexBinary, ids: list[str], meta: dict[str, Any]) -> None:
         if index.ntotal != len(ids):

@@ -190,25 +190,12 @@ class LiveIndex(Index):
             model_settings = model.settings
         if model_settings is not None and self.meta.get("model"):
             check_model_settings(self.meta["model"], model_settings)
-        hashes: list[str | None] = [None] * len(ids)
-        if texts is not None:
-            if len(texts) != len(ids) or not all(isinstance(text, str) for text in texts):
-                raise EmbedkitError(f"{len(ids)} ids need as many texts (strings)", field="texts")
-            hashes = [text_sha256(text) for text in texts]
-            if vectors is None:
-                if model is None:
-                    raise EmbedkitError("texts without vectors need the model that encoded the index", field="model")
-                vectors = model.encode_documents(list(texts))
-        if vectors is None:
-            raise EmbedkitError("give the documents' vectors, or their texts and the model", field="vectors")
+        vectors, hashes, metadata = documents_to_write(ids, vectors, texts, metadata, model)
         vectors = as_matrix(vectors, "vectors")
         if vectors.shape != (len(ids), self.dim):
             raise EmbedkitError(f"{len(ids)} ids need {len(ids)} x {self.dim} vectors, not {vectors.shape}")
         if not np.isfinite(vectors).all():
             raise EmbedkitError("a vector holds NaN or infinity", field="vectors")
-        metadata = [None] * len(ids) if metadata is None else list(metadata)
-        if len(metadata) != len(ids) or not all(meta is None or isinstance(meta, dict) for meta in metadata):
-            raise EmbedkitError(f"{len(ids)} ids need as many metadata objects (or None)", field="metadata")
         with output_lock(self.path), self._lock:
             self.refresh()
             with self.store.transaction() as version:
@@ -309,3 +296,23 @@ def _exact(queries: np.ndarray, vectors: np.ndarray, keys: np.ndarray, k: int, m
     flat.add(vectors)
     scores, rows = flat.search(queries, k)
     return scores, np.where(rows >= 0, keys[np.maximum(rows, 0)], -1)
+
+
+def documents_to_write(ids: list[str], rows: Any, texts: Any, metadata: Any, model: Any) -> tuple[Any, list, list]:
+    """What an add or upsert writes, checked: the rows (given, or the texts encoded by ``model``), each text's
+    sha256 (None without texts) and each document's metadata (None without)."""
+    hashes: list[str | None] = [None] * len(ids)
+    if texts is not None:
+        if len(texts) != len(ids) or not all(isinstance(text, str) for text in texts):
+            raise EmbedkitError(f"{len(ids)} ids need as many texts (strings)", field="texts")
+        hashes = [text_sha256(text) for text in texts]
+        if rows is None:
+            if model is None:
+                raise EmbedkitError("texts without vectors need the model that encoded the index", field="model")
+            rows = model.encode_documents(list(texts))
+    if rows is None:
+        raise EmbedkitError("give the documents' vectors, or their texts and the model", field="vectors")
+    metadata = [None] * len(ids) if metadata is None else list(metadata)
+    if len(metadata) != len(ids) or not all(meta is None or isinstance(meta, dict) for meta in metadata):
+        raise EmbedkitError(f"{len(ids)} ids need as many metadata objects (or None)", field="metadata")
+    return rows, hashes, metadata

@@ -27,17 +27,23 @@ MULTIVECTOR_INDEX_KIND = "multivector-index"
 QUERY_BLOCK = 64  # queries scored at once: a block's score matrix is QUERY_BLOCK x documents float32
 
 
-@dataclass
+@dataclass(eq=False)  # an index is itself: hashed by identity (its chunk map is cached by it)
 class MultiVectorExactIndex:
     documents: TokenRows
     doc_ids: list[str]
     settings: dict[str, Any]  # the model's, from the embeddings folder
     engine: ClassVar[str] = "exact"
+    family: ClassVar[str] = "multivector"
     capabilities: ClassVar[Capabilities] = Capabilities()
 
     @property
     def model_settings(self) -> dict[str, Any]:
         return self.settings
+
+    @property
+    def ids(self) -> list[str]:
+        """Each row's id (a chunk row's is ``<document>#<n>``)."""
+        return self.doc_ids
 
     @classmethod
     def build(cls, embeddings: Any) -> MultiVectorExactIndex:
@@ -53,21 +59,31 @@ class MultiVectorExactIndex:
     def __len__(self) -> int:
         return len(self.doc_ids)
 
+    @classmethod
+    def from_rows(cls, rows: TokenRows, ids: list[str], settings: dict[str, Any], like: Any = None):
+        return cls(rows, list(ids), settings)
+
+    def stored_rows(self) -> TokenRows:
+        return self.documents
+
     def save(self, folder: str | Path, overwrite: bool = False) -> Path:
         with replace_folder(folder, MULTIVECTOR_INDEX_KIND, overwrite) as staging:
-            save_npz(staging / "tokens.npz", offsets=self.documents.offsets, vectors=self.documents.vectors)
-            write_lines(staging / "docid", self.doc_ids)
-            write_meta(staging, {
-                "format": FORMAT,
-                "engine": "exact",
-                "documents": len(self),
-                "dim": self.documents.dim,
-                "tokens": len(self.documents.vectors),
-                "token_dtype": str(self.documents.vectors.dtype),
-                "tie_break": TIE_BREAK,
-                "settings": self.settings,
-            })  # fmt: skip
+            self.write_files(staging)
         return Path(folder)
+
+    def write_files(self, staging: Path) -> None:
+        save_npz(staging / "tokens.npz", offsets=self.documents.offsets, vectors=self.documents.vectors)
+        write_lines(staging / "docid", self.doc_ids)
+        write_meta(staging, {
+            "format": FORMAT,
+            "engine": "exact",
+            "documents": len(self),
+            "dim": self.documents.dim,
+            "tokens": len(self.documents.vectors),
+            "token_dtype": str(self.documents.vectors.dtype),
+            "tie_break": TIE_BREAK,
+            "settings": self.settings,
+        })  # fmt: skip
 
     @classmethod
     def open(cls, folder: str | Path) -> MultiVectorExactIndex:

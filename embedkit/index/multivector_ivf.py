@@ -35,18 +35,41 @@ def default_lists(tokens: int) -> int:
     return max(1, 2 ** round(math.log2(max(1.0, 4 * math.sqrt(tokens)))))
 
 
-@dataclass
+@dataclass(eq=False)  # an index is itself: hashed by identity (its chunk map is cached by it)
 class MultiVectorIVFIndex:
     exact: MultiVectorExactIndex  # the stored token vectors, ids and settings; MaxSim over the candidates
     ivf: Any  # faiss IndexIVF over every token vector, ids = token positions
     nprobe: int = 16
     candidates: int = 64
     engine: ClassVar[str] = "ivf"
+    family: ClassVar[str] = "multivector"
     capabilities: ClassVar[Capabilities] = Capabilities(approximate=True)
 
     @classmethod
     def build(cls, embeddings: Any, lists: int | None = None, seed: int = 0) -> MultiVectorIVFIndex:
-        exact = MultiVectorExactIndex.build(embeddings)
+        return cls.of(MultiVectorExactIndex.build(embeddings), lists, seed)
+
+    @classmethod
+    def from_rows(cls, rows: TokenRows, ids: list[str], settings: dict[str, Any], like: Any = None):
+        """A new index of these rows; ``like`` (a compaction's old index) gives its search parameters."""
+        lists = None if like is None else min(int(like.ivf.nlist), max(1, len(rows.vectors)))
+        built = cls.of(MultiVectorExactIndex(rows, list(ids), settings), lists)
+        if like is not None:
+            built.set_search_params(like.nprobe, like.candidates)
+        return built
+
+    def stored_rows(self) -> TokenRows:
+        return self.exact.documents
+
+    @property
+    def doc_ids(self) -> list[str]:
+        return self.exact.doc_ids
+
+    ids = doc_ids
+
+    @classmethod
+    def of(cls, exact: MultiVectorExactIndex, lists: int | None = None, seed: int = 0) -> MultiVectorIVFIndex:
+        """An IVF over the token vectors of ``exact`` (k-means on a seeded sample, ``TRAIN_PER_LIST`` per list)."""
         vectors = exact.documents.vectors.astype(np.float32)
         lists = lists or default_lists(len(vectors))
         check_whole(lists, "lists", minimum=1, maximum=max(1, len(vectors)))
@@ -79,23 +102,26 @@ class MultiVectorIVFIndex:
         self.candidates = candidates or self.candidates
 
     def save(self, folder: str | Path, overwrite: bool = False) -> Path:
-        documents = self.exact.documents
         with replace_folder(folder, MULTIVECTOR_INDEX_KIND, overwrite) as staging:
-            faiss.write_index(self.ivf, str(staging / "ivf"))
-            save_npz(staging / "tokens.npz", offsets=documents.offsets, vectors=documents.vectors)
-            write_lines(staging / "docid", self.exact.doc_ids)
-            write_meta(staging, {
-                "format": FORMAT,
-                "engine": "ivf",
-                "documents": len(self),
-                "dim": documents.dim,
-                "tokens": len(documents.vectors),
-                "token_dtype": str(documents.vectors.dtype),
-                "lists": int(self.ivf.nlist),
-                "search_params": self.search_params,
-                "settings": self.settings,
-            })  # fmt: skip
+            self.write_files(staging)
         return Path(folder)
+
+    def write_files(self, staging: Path) -> None:
+        documents = self.exact.documents
+        faiss.write_index(self.ivf, str(staging / "ivf"))
+        save_npz(staging / "tokens.npz", offsets=documents.offsets, vectors=documents.vectors)
+        write_lines(staging / "docid", self.exact.doc_ids)
+        write_meta(staging, {
+            "format": FORMAT,
+            "engine": "ivf",
+            "documents": len(self),
+            "dim": documents.dim,
+            "tokens": len(documents.vectors),
+            "token_dtype": str(documents.vectors.dtype),
+            "lists": int(self.ivf.nlist),
+            "search_params": self.search_params,
+            "settings": self.settings,
+        })  # fmt: skip
 
     @classmethod
     def open(cls, folder: str | Path) -> MultiVectorIVFIndex:

@@ -37,6 +37,7 @@ class PartitionedIndex:
     """Index partitions searched together; the same search interface as ``Index``."""
 
     engine = "faiss"
+    family = "dense"
 
     def __init__(self, partitions: list[Index], meta: dict[str, Any], names: list[str] | None = None) -> None:
         if not partitions:

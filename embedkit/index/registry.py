@@ -35,7 +35,8 @@ _ENGINES: dict[tuple[str, str], str] = {
     (MULTIVECTOR_FORMAT, "exact"): "embedkit.index.multivector_exact:MultiVectorExactIndex",
     (MULTIVECTOR_FORMAT, "ivf"): "embedkit.index.multivector_ivf:MultiVectorIVFIndex",
 }
-LIVE = "embedkit.index.live:LiveIndex"
+LIVE = {"faiss": "embedkit.index.live:LiveIndex"}  # an engine that takes updates itself; any other is held by
+ROWS_LIVE = "embedkit.index.live_rows:RowsLiveIndex"  # the store, its snapshot searched beside the rows added
 
 
 def register_engine(format: str, engine: str, target: str) -> None:
@@ -81,8 +82,7 @@ def engine_class(format: str, engine: str, folder: Path | None = None) -> type:
     if target is None:
         known = ", ".join(sorted({f"{f} {e}" for f, e in engines()}))
         raise EmbedkitError(f"no engine opens '{format}' '{engine}' (registered: {known})", path=folder)
-    module, _, name = target.partition(":")
-    return getattr(importlib.import_module(module), name)
+    return _load(target)
 
 
 def open_index(folder: str | Path, **options: Any) -> Any:
@@ -93,9 +93,29 @@ def open_index(folder: str | Path, **options: Any) -> Any:
     folder = Path(folder)
     format, engine = engine_of(folder)
     if (folder / STORE).is_file():
-        module, _, name = LIVE.partition(":")
-        return getattr(importlib.import_module(module), name).load_live(folder)
+        return _load(LIVE.get(engine, ROWS_LIVE)).load_live(folder)
     return engine_class(format, engine, folder).open(folder, **options)
+
+
+def open_live(folder: str | Path, *, fields: dict[str, str] | None = None, vectors: Any = None) -> Any:
+    """The index in ``folder`` opened for updates (its store made on first use, with the filterable ``fields``;
+    ``vectors``: the embeddings folder, for an engine that keeps no exact rows)."""
+    folder = Path(folder)
+    _, engine = engine_of(folder)
+    return _load(LIVE.get(engine, ROWS_LIVE)).open(folder, fields=fields, vectors=vectors)
+
+
+def load_live(folder: str | Path) -> Any:
+    """A folder that has a store, opened with its changes replayed (one line where it has none)."""
+    folder = Path(folder)
+    if not (folder / STORE).is_file():
+        raise EmbedkitError("takes no updates yet: it has no store (embedkit index add makes one)", path=folder)
+    return open_index(folder)
+
+
+def _load(target: str) -> Any:
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def verify_files(folder: Path, meta: dict[str, Any], required: tuple[str, ...] = ()) -> None:

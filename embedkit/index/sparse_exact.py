@@ -30,17 +30,23 @@ SPARSE_INDEX_KIND = "sparse-index"
 QUERY_BLOCK = 256  # queries scored at once: a block's dense score matrix is QUERY_BLOCK x documents float32
 
 
-@dataclass
+@dataclass(eq=False)  # an index is itself: hashed by identity (its chunk map is cached by it)
 class SparseExactIndex:
     documents: Any  # scipy.sparse.csr_matrix, documents x dim
     doc_ids: list[str]
     settings: dict[str, Any]  # the model's, from the embeddings folder
     engine: ClassVar[str] = "exact"
+    family: ClassVar[str] = "sparse"
     capabilities: ClassVar[Capabilities] = Capabilities()
 
     @property
     def model_settings(self) -> dict[str, Any]:
         return self.settings
+
+    @property
+    def ids(self) -> list[str]:
+        """Each row's id (a chunk row's is ``<document>#<n>``)."""
+        return self.doc_ids
 
     @classmethod
     def build(cls, embeddings: Any) -> SparseExactIndex:
@@ -53,24 +59,36 @@ class SparseExactIndex:
             )
         return cls(embeddings.embeddings().to_scipy(), embeddings.ids(), embeddings.settings)
 
+    @classmethod
+    def from_rows(cls, rows: SparseRows, ids: list[str], settings: dict[str, Any], like: Any = None):
+        return cls(rows.to_scipy(), list(ids), settings)
+
+    def stored_rows(self) -> SparseRows:
+        matrix = self.documents
+        return SparseRows(matrix.indptr.astype(np.int64), matrix.indices.astype(np.int32),
+                          matrix.data.astype(np.float32), int(matrix.shape[1]))  # fmt: skip
+
     def __len__(self) -> int:
         return len(self.doc_ids)
 
     def save(self, folder: str | Path, overwrite: bool = False) -> Path:
-        matrix = self.documents
         with replace_folder(folder, SPARSE_INDEX_KIND, overwrite) as staging:
-            save_npz(staging / "vectors.npz", indptr=matrix.indptr, indices=matrix.indices, values=matrix.data)
-            write_lines(staging / "docid", self.doc_ids)
-            write_meta(staging, {
-                "format": FORMAT,
-                "engine": "exact",
-                "documents": len(self),
-                "dim": int(matrix.shape[1]),
-                "nnz": int(matrix.nnz),
-                "tie_break": TIE_BREAK,
-                "settings": self.settings,
-            })  # fmt: skip
+            self.write_files(staging)
         return Path(folder)
+
+    def write_files(self, staging: Path) -> None:
+        matrix = self.documents
+        save_npz(staging / "vectors.npz", indptr=matrix.indptr, indices=matrix.indices, values=matrix.data)
+        write_lines(staging / "docid", self.doc_ids)
+        write_meta(staging, {
+            "format": FORMAT,
+            "engine": "exact",
+            "documents": len(self),
+            "dim": int(matrix.shape[1]),
+            "nnz": int(matrix.nnz),
+            "tie_break": TIE_BREAK,
+            "settings": self.settings,
+        })  # fmt: skip
 
     @classmethod
     def open(cls, folder: str | Path) -> SparseExactIndex:

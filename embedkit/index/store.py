@@ -1,4 +1,5 @@
-"""The SQLite store of an index that takes updates: ids, FAISS ids, text hashes, metadata, float vectors.
+"""The SQLite store of an index that takes updates: ids, keys, text hashes, metadata, rows (float vectors for FAISS,
+any family's row bytes from ``embedkit.rows`` otherwise).
 
 One table, ``documents``, is both the document store and the append log of the vectors: FAISS id ``key`` is the row's
 integer key, given in order and never reused, so the FAISS snapshot beside the store holds keys ``0 ..
@@ -121,8 +122,7 @@ class Store:
                 connection.executemany(
                     "INSERT INTO documents (key, id, added, added_version, vector) VALUES (?, ?, ?, 0, ?)",
                     (
-                        (key, doc_id, time.time(), np.ascontiguousarray(vectors[key], dtype=np.float32).tobytes())
-                        for key, doc_id in enumerate(snapshot_ids)
+                        (key, doc_id, time.time(), _blob(vectors[key])) for key, doc_id in enumerate(snapshot_ids)
                     ),
                 )
             else:
@@ -198,6 +198,15 @@ class Store:
                 out[position[key]] = np.frombuffer(blob, dtype=np.float32)
         return out
 
+    def blobs_of(self, keys: Sequence[int]) -> list[bytes]:
+        """The stored row of each key, as bytes (``embedkit.rows``: any family's row)."""
+        found: dict[int, bytes] = {}
+        for start in range(0, len(keys), 500):
+            part = [int(key) for key in keys[start : start + 500]]
+            query = f"SELECT key, vector FROM documents WHERE key IN ({','.join('?' * len(part))})"
+            found.update(self.connection.execute(query, part).fetchall())
+        return [found[int(key)] for key in keys]
+
     def document(self, doc_id: str) -> dict[str, Any] | None:
         row = self.connection.execute(
             "SELECT key, text_sha256, model, added, metadata FROM documents WHERE deleted_version IS NULL AND id = ?",
@@ -264,7 +273,7 @@ class Store:
             meta = meta or {}
             typed = [check_value(meta.get(name), self.fields[name], f"document '{doc_id}' field '{name}'", "metadata")
                      for name in names]  # fmt: skip
-            blob = np.ascontiguousarray(vector, dtype=np.float32).tobytes()
+            blob = _blob(vector)
             try:
                 text = json.dumps(meta, sort_keys=True, allow_nan=False) if meta else None
             except (TypeError, ValueError) as err:
@@ -278,3 +287,8 @@ class Store:
 
     def integrity(self) -> str:
         return str(self.connection.execute("PRAGMA integrity_check").fetchone()[0])
+
+
+def _blob(row: Any) -> bytes:
+    """A row as stored: bytes already made by its row format, or a dense vector as float32."""
+    return row if isinstance(row, bytes) else np.ascontiguousarray(row, dtype=np.float32).tobytes()

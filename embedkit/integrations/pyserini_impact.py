@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import secrets
 import shutil
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -80,6 +81,7 @@ def build_impact_index(
             args += [str(work / "index"), "-generator", "DefaultLuceneDocumentGenerator", "-threads", str(threads)]
             autoclass("io.anserini.index.IndexCollection").main([*args, "-impact", "-pretokenized", "-quiet"])
             write_lines(work / "index" / TERMS, names(range(rows.dim)))
+            write_lines(work / "index" / "docid", doc_ids)  # the ids, for a living index and chunk rows
             write_meta(work / "index", {
                 "format": FORMAT,
                 "engine": ENGINE,
@@ -101,6 +103,7 @@ class LuceneImpact:
     """Searches an impact index with sparse query vectors (quantised as its documents were)."""
 
     engine: ClassVar[str] = ENGINE
+    family: ClassVar[str] = "sparse"
     capabilities: ClassVar[Capabilities] = Capabilities()
 
     def __init__(self, folder: str | Path, threads: int = 1) -> None:
@@ -120,6 +123,14 @@ class LuceneImpact:
     def open(cls, folder: str | Path) -> LuceneImpact:
         return cls(folder)
 
+    @property
+    def doc_ids(self) -> list[str] | None:
+        """Each row's id (None for a folder written before they were recorded)."""
+        path = self.folder / "docid"
+        return read_lines(path) if path.is_file() else None
+
+    ids = doc_ids
+
     def __len__(self) -> int:
         return int(self.meta["documents"])
 
@@ -138,8 +149,26 @@ class LuceneImpact:
     def save(self, path: str | Path, overwrite: bool = False) -> Path:
         """A copy of the folder at ``path`` (Lucene's files are written once and never change)."""
         with replace_folder(path, IMPACT_KIND, overwrite) as staging:
-            shutil.copytree(self.folder, staging, dirs_exist_ok=True)
+            self.write_files(staging)
         return Path(path)
+
+    def write_files(self, staging: Path) -> None:
+        shutil.copytree(self.folder, staging, dirs_exist_ok=True)
+
+    @classmethod
+    def from_rows(cls, rows: SparseRows, ids: list[str], settings: dict[str, Any], like: Any = None):
+        """A new index of these rows, built in a scratch folder (removed with the object); ``like`` gives the
+        quantisation and the terms."""
+        scratch = tempfile.TemporaryDirectory(prefix="embedkit-impact-")
+        build_impact_index(Path(scratch.name) / "index", ids, rows, like.term_names, settings,
+                           quantization=like.meta["quantization"])  # fmt: skip
+        built = cls(Path(scratch.name) / "index")
+        built.scratch = scratch
+        return built
+
+    def stored_rows(self) -> None:
+        """None: Lucene keeps quantised impacts, not the vectors (a living index needs the embeddings folder)."""
+        return None
 
     def search(self, rows: SparseRows, k: int, *, filter: str | None = None) -> Hits:
         from jnius import autoclass

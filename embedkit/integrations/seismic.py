@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import secrets
 import shutil
+import tempfile
 from collections.abc import Sequence
 from importlib.metadata import version
 from pathlib import Path
@@ -27,7 +28,7 @@ from embedkit.index.registry import SPARSE_FORMAT
 from embedkit.outputs import check_output_folder, commit_folder, output_lock, recover, replace_folder
 from embedkit.protocols import Capabilities, Hits
 from embedkit.sparse import SparseRows
-from embedkit.storage import NEW_MARK
+from embedkit.storage import NEW_MARK, read_lines, write_lines
 from embedkit.validation import check_whole
 
 KIND = "sparse-index"
@@ -71,6 +72,7 @@ def build_seismic_index(
                 dataset.add_document(doc_id, _terms(seismic, indices), values.astype(np.float32))
             index = seismic.SeismicIndex.build_from_dataset(dataset, **BUILD, num_threads=1)
             index.save(str(work / INDEX_FILE))
+            write_lines(work / "docid", doc_ids)  # pyserini's layout: the ids, for a living index and chunk rows
             write_meta(work, {
                 "format": FORMAT,
                 "engine": ENGINE,
@@ -92,6 +94,7 @@ class SeismicSparse:
     """Searches a Seismic index with sparse query vectors."""
 
     engine: ClassVar[str] = ENGINE
+    family: ClassVar[str] = "sparse"
     capabilities: ClassVar[Capabilities] = Capabilities(approximate=True)
 
     def __init__(self, folder: str | Path, query_cut: int | None = None, heap_factor: float | None = None) -> None:
@@ -106,6 +109,14 @@ class SeismicSparse:
     def open(cls, folder: str | Path) -> SeismicSparse:
         return cls(folder)
 
+    @property
+    def doc_ids(self) -> list[str] | None:
+        """Each row's id (None for a folder written before they were recorded)."""
+        path = self.folder / "docid"
+        return read_lines(path) if path.is_file() else None
+
+    ids = doc_ids
+
     def __len__(self) -> int:
         return int(self.meta["documents"])
 
@@ -119,8 +130,26 @@ class SeismicSparse:
     def save(self, path: str | Path, overwrite: bool = False) -> Path:
         """A copy of the folder at ``path`` (Seismic's file is written once and never changes)."""
         with replace_folder(path, KIND, overwrite) as staging:
-            shutil.copytree(self.folder, staging, dirs_exist_ok=True)
+            self.write_files(staging)
         return Path(path)
+
+    def write_files(self, staging: Path) -> None:
+        shutil.copytree(self.folder, staging, dirs_exist_ok=True)
+
+    @classmethod
+    def from_rows(cls, rows: SparseRows, ids: list[str], settings: dict[str, Any], like: Any = None):
+        """A new index of these rows, built in a scratch folder (removed with the object); ``like`` gives the
+        search parameters."""
+        scratch = tempfile.TemporaryDirectory(prefix="embedkit-seismic-")
+        build_seismic_index(Path(scratch.name) / "index", ids, rows, settings)
+        params = like.search_params if like is not None else {}
+        built = cls(Path(scratch.name) / "index", params.get("query_cut"), params.get("heap_factor"))
+        built.scratch = scratch
+        return built
+
+    def stored_rows(self) -> None:
+        """None: Seismic keeps pruned postings, not the vectors (a living index needs the embeddings folder)."""
+        return None
 
     def search(self, rows: SparseRows, k: int, *, filter: str | None = None) -> Hits:
         """Each query's top ``k``."""

@@ -35,12 +35,18 @@ LATE_POOLINGS = ("mean", "max")  # poolings that read a span of tokens alone; CL
 BLOCK_TOKENS = 262_144  # tokens of documents whose token vectors are held at once (about 400 MB at 384 dimensions)
 
 
-def check_chunkable(model: EmbeddingModel, chunking: Chunking) -> None:
+def check_chunkable(model: Any, chunking: Chunking) -> None:
     """What the model must allow for ``chunking``: a max length (a static model reads every token and has none)
-    and, for late chunking, a pooling that pools a span on its own."""
+    and, for late chunking, one vector per chunk pooled from a dense model's token vectors by a pooling that pools a
+    span on its own."""
     if model.max_length is None:
         raise EmbedkitError("a static model reads every token of a document; it has no max length to chunk for")
     chunking.check(model.max_length)
+    if chunking.method == "late" and model.kind != "dense":
+        raise EmbedkitError(
+            f"late chunking pools a dense model's token vectors; chunk a {model.kind} model with window or sentence",
+            field="--chunking",
+        )
     if chunking.method == "late" and model.backend != "torch":
         raise EmbedkitError(
             f"late chunking reads the token vectors of the torch network, not the {model.backend} backend's",
@@ -63,10 +69,11 @@ def _specials(tokenizer: Any) -> tuple[list[int], list[int]]:
     raise EmbedkitError("cannot tell this tokenizer's special tokens apart; chunk with --chunking none")
 
 
-def encode_chunks(model: EmbeddingModel, texts: list[str], chunking: Chunking, progress: Any = None) -> Chunks:
-    """``texts`` as chunk rows in document order (float32; normalised if the model is)."""
+def encode_chunks(model: Any, texts: list[str], chunking: Chunking, progress: Any = None) -> Chunks:
+    """``texts`` as chunk rows in document order: the model's own rows (a dense model's float32 vectors, normalised
+    if it is; a sparse or multi-vector model's sparse or token rows), one per chunk."""
     check_chunkable(model, chunking)
-    tokenizer = model.st[0].tokenizer
+    tokenizer = model.st.tokenizer
     before, after = _specials(tokenizer)
     prompt = model.document_prompt
     tokens = [tokenize_document(tokenizer, text, prompt) for text in texts]
@@ -75,10 +82,13 @@ def encode_chunks(model: EmbeddingModel, texts: list[str], chunking: Chunking, p
     chars = np.concatenate([char_spans(doc, doc_spans) for doc, doc_spans in zip(tokens, spans)])
     if chunking.method != "late":
         pieces = [text[a:b] for text, rows in zip(texts, (chars[i:j] for i, j in _bounds(counts))) for a, b in rows]
-        vectors = encode_texts(model, pieces, prompt=prompt, show_progress=False)
+        if model.kind == "dense":  # the token-budget batches of the dense path, its progress counted here
+            rows = encode_texts(model, pieces, prompt=prompt, show_progress=False)
+        else:
+            rows = model.encode_documents(pieces)
         if progress is not None:
             progress.update(len(texts))
-        return Chunks(vectors, chars, counts)
+        return Chunks(rows, chars, counts)
     context = late_context(chunking, model.max_length, len(before) + len(after))
     vectors = np.empty((int(counts.sum()), model.dim), dtype=np.float32)
     row = 0
@@ -93,11 +103,11 @@ def encode_chunks(model: EmbeddingModel, texts: list[str], chunking: Chunking, p
     return Chunks(vectors, chars, counts)
 
 
-def document_spans(model: EmbeddingModel, text: str) -> np.ndarray:
+def document_spans(model: Any, text: str) -> np.ndarray:
     """A document's chunks' character spans, cut again exactly as its encode cut them (for a hit's snippet)."""
     if model.chunking is None:
         raise EmbedkitError("this model encodes documents whole; load it with a chunking", field="chunking")
-    tokenizer = model.st[0].tokenizer
+    tokenizer = model.st.tokenizer
     before, after = _specials(tokenizer)
     tokens = tokenize_document(tokenizer, text, model.document_prompt)
     return char_spans(tokens, chunk_spans(model.chunking, tokens, text, len(before) + len(after)))

@@ -101,9 +101,10 @@ def late_context(chunking: Chunking, max_length: int, specials: int) -> int:
 
 @dataclass
 class Chunks:
-    """A batch of documents as chunk rows: vectors, each chunk's characters in its document, chunks per document."""
+    """A batch of documents as chunk rows: the rows (any family's), each chunk's characters in its document, chunks
+    per document."""
 
-    vectors: np.ndarray
+    vectors: Any
     spans: np.ndarray
     counts: np.ndarray
 

@@ -118,7 +118,7 @@ def load_model(
     ``SparseModel`` (``max_active_dims`` caps its vectors) and a ``MultiVectorEncoder`` folder as a
     ``MultiVectorModel`` (``pool_factor``: hierarchical token pooling of documents; ``token_dtype``: float16 or
     float32 token vectors). ``chunking`` (a ``Chunking``, its mapping or a method name) cuts documents into chunk
-    rows (``EmbeddingModel.encode_chunks``); a dense model's only.
+    rows (``encode_chunks``): window and sentence chunks for every family, late chunking for a dense model.
     A local folder is recorded by its absolute path, so what is recorded reloads from any working directory.
     """
     check_number(max_length, "max_length", minimum=1)
@@ -139,17 +139,20 @@ def load_model(
     sparse, multivector = path.is_dir() and is_sparse_folder(path), path.is_dir() and is_multivector_folder(path)
     if sparse or multivector:
         what = "a sparse model (SparseEncoder)" if sparse else "a multi-vector model (MultiVectorEncoder)"
-        _refuse_dense_options(
-            what, path, pooling=pooling, normalize=normalize, backend=backend != "torch", chunking=chunking
-        )
-    if sparse:
-        _refuse_dense_options(what, path, pool_factor=pool_factor, token_dtype=token_dtype)
-        check_number(max_active_dims, "max_active_dims", minimum=1)
-        return load_sparse(name, path, revision, device=device, dtype=dtype, max_active_dims=max_active_dims, **prompts)
-    if multivector:
-        _refuse_dense_options(what, path, max_active_dims=max_active_dims)
-        pooled = {"pool_factor": pool_factor, "token_dtype": token_dtype}
-        return load_multivector(name, path, revision, device=device, dtype=dtype, **pooled, **prompts)
+        _refuse_dense_options(what, path, pooling=pooling, normalize=normalize, backend=backend != "torch")
+        if sparse:
+            _refuse_dense_options(what, path, pool_factor=pool_factor, token_dtype=token_dtype)
+            check_number(max_active_dims, "max_active_dims", minimum=1)
+            loaded = load_sparse(name, path, revision, device=device, dtype=dtype, max_active_dims=max_active_dims,
+                                 chunking=chunking, **prompts)  # fmt: skip
+        else:
+            _refuse_dense_options(what, path, max_active_dims=max_active_dims)
+            pooled = {"pool_factor": pool_factor, "token_dtype": token_dtype}
+            loaded = load_multivector(name, path, revision, device=device, dtype=dtype, chunking=chunking, **pooled,
+                                      **prompts)  # fmt: skip
+        if chunking is not None:
+            check_chunkable(loaded, chunking)
+        return loaded
     if max_active_dims is not None:
         raise EmbedkitError("caps a sparse model's vectors; this is a dense model", field="max_active_dims")
     _refuse_dense_options("a dense model", None, pool_factor=pool_factor, token_dtype=token_dtype)

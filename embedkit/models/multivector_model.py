@@ -56,7 +56,7 @@ class MultiVectorModel(StackModel):
     @property
     def settings(self) -> dict[str, Any]:
         """Everything that changes the vectors, as recorded in manifests, indexes and reports."""
-        return {
+        return self.recorded({
             "model": self.name,
             "revision": self.revision,
             "weights_sha256": self.weights_sha256,
@@ -70,7 +70,7 @@ class MultiVectorModel(StackModel):
             "dtype": self.dtype,
             "dim": self.dim,
             "similarity": "maxsim",
-        }
+        })
 
     def _encode_chunk(self, encode: Any, texts: list[str], prompt: str | None) -> TokenRows:
         pooling = None
@@ -107,6 +107,7 @@ def load_multivector(name: str, path: Path | None, revision: str | None, *, devi
         **stack_identity(network, name, path, revision, **options),
         dtype=dtype,
         device=device,
+        chunking=options.get("chunking"),
         pool_factor=float(pool_factor),
         token_dtype=token_dtype,
     )

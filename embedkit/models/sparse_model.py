@@ -61,7 +61,7 @@ class SparseModel(StackModel):
     @property
     def settings(self) -> dict[str, Any]:
         """Everything that changes the vectors, as recorded in manifests, indexes and reports."""
-        return {
+        return self.recorded({
             "model": self.name,
             "revision": self.revision,
             "weights_sha256": self.weights_sha256,
@@ -74,7 +74,7 @@ class SparseModel(StackModel):
             "dtype": self.dtype,
             "dim": self.dim,
             "similarity": "dot",
-        }
+        })
 
     def _encode_chunk(self, encode: Any, texts: list[str], prompt: str | None) -> SparseRows:
         vectors = encode(texts, prompt=prompt, batch_size=self.batch_size, convert_to_sparse_tensor=True,
@@ -109,5 +109,6 @@ def load_sparse(name: str, path: Path | None, revision: str | None, *, device: s
         **stack_identity(network, name, path, revision, **options),
         dtype=dtype,
         device=device,
+        chunking=options.get("chunking"),
         max_active_dims=options.get("max_active_dims") or network.max_active_dims,  # recorded as in effect (CSR's k)
     )

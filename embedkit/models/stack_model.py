@@ -31,10 +31,25 @@ class StackModel(Encoder):
         dtype: str,
         device: str,
         batch_size: int = 32,
+        chunking: Any = None,
     ) -> None:
         self.st, self.name, self.local_path, self.revision = st, name, local_path, revision
         self.query_prompt, self.document_prompt = query_prompt, document_prompt
         self.dtype, self.device, self.batch_size = dtype, device, batch_size
+        self.chunking = chunking if chunking is not None and chunking.active else None  # documents as chunk rows
+
+    def recorded(self, settings: dict[str, Any]) -> dict[str, Any]:
+        """A kind's settings with the chunking, where documents are cut (absent otherwise, as records before it)."""
+        return settings if self.chunking is None else {**settings, "chunking": self.chunking.to_dict()}
+
+    def encode_chunks(self, documents: Sequence[str], progress: Any = None) -> Any:
+        """Document texts as chunk rows (``chunking``): this model's rows, character spans, chunks per document."""
+        from embedkit.errors import EmbedkitError
+        from embedkit.models.chunked_encode import encode_chunks
+
+        if self.chunking is None:
+            raise EmbedkitError("this model encodes documents whole; load it with a chunking", field="chunking")
+        return encode_chunks(self, check_texts(documents, "documents"), self.chunking, progress)
 
     @cached_property
     def weights_sha256(self) -> str | None:

@@ -52,7 +52,7 @@ class Aggregation:
 
 def chunking_of(index: Any) -> dict[str, Any] | None:
     """The chunking an index's rows were encoded with (recorded with its model), or None for document rows."""
-    return ((getattr(index, "meta", None) or {}).get("model") or {}).get("chunking")
+    return (index.model_settings or {}).get("chunking")
 
 
 def check_aggregation(index: Any, aggregation: Aggregation | None) -> None:
@@ -129,9 +129,12 @@ def aggregate(rows: np.ndarray, scores: np.ndarray, chunks: ChunkMap, aggregatio
 
 
 def search_chunked(
-    index: Any, queries: np.ndarray, k: int, aggregation: Aggregation | None = None, **params: Any
+    index: Any, queries: Any, k: int, aggregation: Aggregation | None = None, **params: Any
 ) -> list[list[DocumentHit]]:
-    """Top-``k`` documents per query row of a chunked index; ``params`` go to ``index.search_rows`` or ``search``."""
+    """Top-``k`` documents per query row (any family's rows) of a chunked index; ``params`` go to
+    ``index.search_rows`` or ``search``."""
+    from embedkit.rows import format_of
+
     aggregation = (aggregation or Aggregation()).check()
     chunks = chunk_map(index)
     total = len(index)
@@ -141,7 +144,7 @@ def search_chunked(
     results: list[list[DocumentHit]] = [[] for _ in range(len(queries))]
     pending = np.arange(len(queries))
     while len(pending):
-        scores, rows = _search_rows(index, queries[pending], depth, params)
+        scores, rows = _search_rows(index, format_of(queries).take(queries, pending), depth, params)
         again = []
         for position, query in enumerate(pending.tolist()):
             hits = aggregate(rows[position], scores[position], chunks, aggregation)

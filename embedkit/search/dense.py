@@ -19,9 +19,9 @@ from embedkit.index.faiss_helpers import BuildSettings
 from embedkit.index.faiss_index import Index
 from embedkit.index.partitioned import PartitionedIndex
 from embedkit.models.embedding_model import EmbeddingModel
-from embedkit.protocols import Hits, Run
-from embedkit.search.chunks import Aggregation, check_aggregation, chunking_of, search_chunked
-from embedkit.search.queries import hits_to_run
+from embedkit.protocols import Run
+from embedkit.search.chunks import Aggregation, check_aggregation
+from embedkit.search.queries import hits_to_run, search_documents
 from embedkit.search.retriever import Dense
 
 
@@ -49,11 +49,7 @@ def dense_search(
     extra = {} if rescore is None else {"rescore": rescore}
     if filter is not None:
         extra["filter"] = filter
-    if chunking_of(index) is not None:
-        found = search_chunked(index, vectors, depth, aggregation, nprobe=nprobe, ef_search=ef_search, **extra)
-        hits = Hits.from_ranked([[(hit.document, hit.score) for hit in row] for row in found], depth)
-    else:
-        hits = index.search(vectors, depth, nprobe=nprobe, ef_search=ef_search, **extra)
+    hits = search_documents(index, vectors, depth, aggregation, nprobe=nprobe, ef_search=ef_search, **extra)
     return hits_to_run(hits, query_ids, k, ignore_identical_ids)
 
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from embedkit.data.trec import ranked
+from embedkit.index.engine import refuse_filter
 from embedkit.protocols import Hits, Run
+from embedkit.search.chunks import Aggregation, chunking_of, search_chunked
 
 
 def search_queries(
@@ -21,8 +23,19 @@ def search_queries(
     model.check(index)
     query_ids = list(queries)
     rows = model.encode_queries([queries[q] for q in query_ids])
-    hits = index.search(rows, k + 1 if ignore_identical_ids else k, **options)
+    hits = search_documents(index, rows, k + 1 if ignore_identical_ids else k, **options)
     return hits_to_run(hits, query_ids, k, ignore_identical_ids), rows
+
+
+def search_documents(index: Any, rows: Any, k: int, aggregation: Aggregation | None = None, **options: Any) -> Hits:
+    """The top ``k`` documents per query row: the index's hits, or for an index of chunk rows its chunks' scores
+    combined per document by ``aggregation`` (MaxP unless told) before the top-k (``embedkit.search.chunks``)."""
+    if not index.capabilities.filterable:
+        refuse_filter(options.get("filter"), index.engine)
+    if chunking_of(index) is None:
+        return index.search(rows, k, **options)
+    found = search_chunked(index, rows, k, aggregation, **options)
+    return Hits.from_ranked([[(hit.document, hit.score) for hit in row] for row in found], k)
 
 
 def hits_to_run(hits: Hits, query_ids: list[str], k: int, ignore_identical_ids: bool = False) -> Run:
