@@ -61,7 +61,7 @@ def _run(folder: str) -> dict[str, dict[str, float]]:
 
 
 def test_a_hybrid_needs_two_parts_its_weights_one_per_part_and_both_models():
-    with pytest.raises(EmbedkitError, match="two or three parts"):
+    with pytest.raises(EmbedkitError, match="two or more parts"):
         Hybrid(Dense(), None).check()
     with pytest.raises(EmbedkitError, match="2 weights for 3 parts"):
         Hybrid(Dense(), BM25(), Fusion("interpolation", [0.5, 0.5]), Sparse()).check()
@@ -102,3 +102,50 @@ def test_the_cli_fuses_bm25_and_splade_and_refuses_what_does_not_fit(splade_fold
         refused = embedkit_here(*common, *extra)
         assert refused.returncode == 2 and flag in refused.stderr, (extra, refused.stderr)
         assert len(refused.stderr.strip().splitlines()) == 1
+
+
+def test_any_first_stages_fuse_as_parts_colbert_with_bm25_and_sparse(colbert_folder, sparse_model, scifact_subset,
+                                                                    tmp_path):  # fmt: skip
+    """``Hybrid(parts=[...])``: a ColBERT run (the run's model), BM25, and a SPLADE run with its own model, fused by
+    RRF of their own runs; each part's model is recorded; the spec round-trips through its mapping."""
+    from embedkit.search import LateInteraction
+
+    colbert = load_model(colbert_folder)
+    late = evaluate(colbert, scifact_subset, "test", LateInteraction(), output=tmp_path / "c", cache_dir=tmp_path)
+    alone = {
+        "colbert": late,
+        "bm25": evaluate(None, scifact_subset, "test", BM25(), output=tmp_path / "b", cache_dir=tmp_path),
+        "splade": evaluate(sparse_model, scifact_subset, "test", Sparse(), output=tmp_path / "s", cache_dir=tmp_path),
+    }
+    runs = {name: _run(report["folder"]) for name, report in alone.items()}
+    spec = Hybrid(parts=[LateInteraction(), BM25(), Sparse(model=str(sparse_model.local_path))],
+                  fusion=Fusion("rrf", depth=50))  # fmt: skip
+    assert spec.dense is None and from_dict(json.loads(json.dumps(to_dict(spec)))) == spec
+    options = EvaluateOptions(part_models={"splade": sparse_model})  # loaded with its cap, over the spec's path
+    report = evaluate(colbert, scifact_subset, "test", spec, output=tmp_path / "h", cache_dir=tmp_path, k=10,
+                      options=options)  # fmt: skip
+    fused = _run(report["folder"])
+    for query_id in runs["bm25"]:
+        scores: dict[str, float] = {}
+        for run in runs.values():
+            for rank, doc_id in enumerate(list(run.get(query_id, {}))[:50], start=1):
+                scores[doc_id] = scores.get(doc_id, 0.0) + 1 / (60 + rank)
+        assert list(fused.get(query_id, {})) == [doc for doc, _ in ranked(scores)[:10]]
+    assert set(report["component_metrics"]) == {"colbert", "bm25", "splade"}
+    assert report["model"]["kind"] == "multivector" and report["part_models"]["splade"]["kind"] == "sparse"
+    assert report["retriever"]["parts"][2]["model"] == str(sparse_model.local_path)
+
+
+def test_the_older_hybrid_form_keeps_its_mapping_and_parts_refuse_a_mix():
+    assert to_dict(Hybrid(Dense(), BM25())) == {
+        "type": "hybrid",
+        "dense": {"factory": "Flat", "metric": "ip", "nprobe": None, "ef_search": None},
+        "bm25": {"backend": "bm25s", "k1": 0.9, "b": 0.4},
+        "fusion": {"method": "rrf", "weights": None, "depth": 1000, "rrf_k": 60},
+    }
+    with pytest.raises(EmbedkitError, match="not both"):
+        Hybrid(Dense(factory="HNSW32"), parts=[BM25(), Dense()])
+    with pytest.raises(EmbedkitError, match="two or more parts"):
+        Hybrid(parts=[BM25()]).check()
+    with pytest.raises(EmbedkitError, match="parts\\[1\\]"):
+        from_dict({"type": "hybrid", "parts": ["bm25", {"type": "hybrid"}]})

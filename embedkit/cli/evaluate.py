@@ -116,7 +116,7 @@ def evaluate(
     Example: [bold]embedkit evaluate --dataset scifact --output runs --retriever hybrid[/bold]
     """
     from embedkit.outputs import check_parent, refuse_inside_other_output
-    from embedkit.search.retriever import MAX_BM25_K1, MAX_QUANTIZATION, MAX_RRF_K, MAX_SEARCH_PARAM, SPARSE_INDEXES
+    from embedkit.search.specs import MAX_BM25_K1, MAX_QUANTIZATION, MAX_RRF_K, MAX_SEARCH_PARAM, SPARSE_INDEXES
 
     opt.one_of(retriever, ("dense", "bm25", "splade", "colbert", "hybrid"), "--retriever")
     opt.one_of(sparse_index, SPARSE_INDEXES, "--sparse-index")

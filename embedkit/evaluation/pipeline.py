@@ -26,20 +26,7 @@ from embedkit.search.bm25 import bm25_searcher, drop_identical
 from embedkit.search.dense import DenseRetrieval
 from embedkit.search.fusion import fuse
 from embedkit.search.late_interaction import LateInteractionRetrieval
-from embedkit.search.retriever import (
-    BM25,
-    Dense,
-    Hybrid,
-    LateInteraction,
-    Retriever,
-    Sparse,
-    bm25_part,
-    dense_part,
-    late_part,
-    retriever_of,
-    sparse_part,
-    to_dict,
-)
+from embedkit.search.retriever import Retriever, bm25_part, components, dense_part, retriever_of, to_dict
 from embedkit.search.sparse import SparseRetrieval
 from embedkit.storage import sha256_json
 from embedkit.validation import check_whole
@@ -60,6 +47,7 @@ class EvaluateOptions:
     reranker: RerankSettings | None = None  # a cross-encoder that re-scores the first stage's top hits
     absent_judged: str = "refuse"  # qrels judging documents the corpus lacks: "refuse", or "miss" to score as misses
     sparse_model: Any = None  # a hybrid's sparse part's model (or its name) beside the dense ``model``
+    part_models: dict[str, Any] | None = None  # loaded models by part name ("splade", "colbert-2"), over the spec's
 
 
 def _slug(text: str) -> str:
@@ -76,14 +64,13 @@ def report_folder_name(dataset: str, model: str, retriever: str, split: str, set
 
 def _name_parts(spec: Retriever, model: dict[str, Any] | None, reranker: RerankSettings | None) -> tuple[str, str]:
     """(model, retriever) parts of the report folder name; a dense run keeps its historic ``model__factory``."""
-    if isinstance(spec, Dense):
-        parts = model["model"], spec.factory
-    elif isinstance(spec, BM25):
-        parts = "bm25", spec.backend
-    elif isinstance(spec, (Sparse, LateInteraction)):
+    parts = {"dense": lambda: (model["model"], spec.factory), "bm25": lambda: ("bm25", spec.backend)}.get(spec.type)
+    if parts is not None:
+        parts = parts()
+    elif spec.type != "hybrid":
         parts = model["model"], spec.label
     else:
-        fused = "+".join(part.label for part in spec.parts.values())
+        fused = "+".join(part.label for part in spec.components.values())
         parts = (model["model"] if model else "bm25"), f"{fused}-{spec.fusion.method}"
     if reranker is None:
         return parts
@@ -129,7 +116,7 @@ def evaluate(
     check_whole(k, "k", minimum=1)
     if options.harness not in HARNESSES:
         raise EmbedkitError(f"unknown harness '{options.harness}' (choose from embedkit, mteb)", field="harness")
-    if options.harness == "mteb" and not isinstance(spec, Dense):
+    if options.harness == "mteb" and spec.type != "dense":
         raise EmbedkitError(f"the mteb harness runs dense retrieval, not '{spec.type}'", field="harness")
     timer = Stopwatch()
     with timer("load_data"):
@@ -137,20 +124,20 @@ def evaluate(
         qrels, queries = data.qrels(split), data.split_queries(split)
         described = {**data.describe(), "split": split, "qrels_sha256": data.qrels_sha256(split)}
         absent = check_absent_judged(data, split, options.absent_judged, "absent_judged")
-    with timer("load_model") if dense_part(spec) or sparse_part(spec) or late_part(spec) else nullcontext():
-        retrievals = _model_retrievals(spec, model, options.sparse_model, cache_dir)
+    with timer("load_model") if any(part.family for part in components(spec).values()) else nullcontext():
+        retrievals = _model_retrievals(spec, model, options.sparse_model, cache_dir, options.part_models or {})
     spec = _with_aggregation(spec, retrievals, options.harness)
     encoded = next(iter(retrievals.values()), None)  # the run's model's retrieval (dense, or sparse alone)
-    wanted = max(k, spec.fusion.depth) if isinstance(spec, Hybrid) else k  # a fusion reads each part to its depth
+    fusion = spec.fusion if spec.type == "hybrid" else None
+    wanted = max(k, fusion.depth) if fusion else k  # a fusion reads each part to its depth
     depth = min(int(wanted), len(data.corpus))  # a k above the corpus size returns the whole corpus
     runs, retrieval = _retrieve(spec, retrievals, data, queries, depth, cache_dir, options.ignore_identical_ids, timer)
     retrieval["k"] = k
-    run = None if isinstance(spec, Hybrid) else runs[spec.type]
-    if isinstance(spec, Hybrid):
-        fusion = spec.fusion
+    run = None if fusion else runs[spec.type]
+    if fusion:
         with timer("fuse"):
             run = fuse(
-                [runs[name] for name in spec.parts],
+                [runs[name] for name in spec.components],
                 fusion.method,
                 weights=fusion.weights,
                 depth=fusion.depth,
@@ -178,9 +165,12 @@ def evaluate(
         "ignore_identical_ids": options.ignore_identical_ids,
         "harness": options.harness,
     }
-    second = retrievals.get("splade") if len(retrievals) > 1 else None
-    if second is not None:  # a hybrid's sparse model beside the dense one
+    second = retrievals.get("splade") if len(retrievals) > 1 and spec.parts is None else None
+    if second is not None:  # a hybrid's sparse model beside the dense one (the older form of a hybrid)
         scored["sparse_model"] = second.model.settings
+    others = {name: r.model.settings for name, r in retrievals.items() if r is not encoded}
+    if fusion and spec.parts is not None and others:  # each further part's own model
+        scored["part_models"] = others
     if absent["documents"]:  # only then, so reports on complete qrels keep their settings hash
         scored["absent_judged"] = absent
     if reranked_by is not None:  # only then, so reports without a reranker keep their settings hash
@@ -204,11 +194,13 @@ def evaluate(
     }
     if second is not None:
         report["sparse_model"] = second.model.settings
+    if "part_models" in scored:
+        report["part_models"] = scored["part_models"]
     if encoded is not None:
         embeddings = encoded.embeddings(data)
         report["embeddings_cache"] = {"path": str(embeddings.path), "encoded_shards": embeddings.encoded_shards}
         report["device"] = encoded.model.device
-    if isinstance(spec, Hybrid):
+    if fusion:
         report["component_metrics"] = {name: compute_metrics(qrels, part)[0] for name, part in runs.items()}
         report["component_recall_curves"] = {name: recall_curve(qrels, part) for name, part in runs.items()}
     if reranked_by is not None:
@@ -259,31 +251,41 @@ def _with_aggregation(spec: Retriever, retrievals: dict[str, Any], harness: str)
         return spec
     resolved = replace(dense, aggregation="maxp")
     retrieval.spec = resolved
-    return resolved if isinstance(spec, Dense) else replace(spec, dense=resolved)
+    if spec.type == "dense":
+        return resolved
+    if spec.parts is None:
+        return replace(spec, dense=resolved)
+    return replace(spec, parts=tuple(resolved if part is dense else part for part in spec.parts))
+
+
+RETRIEVALS = {"dense": DenseRetrieval, "sparse": SparseRetrieval, "multivector": LateInteractionRetrieval}
 
 
 def _model_retrievals(
-    spec: Retriever, model: Any, sparse_model: Any, cache_dir: str | Path | None
+    spec: Retriever, model: Any, sparse_model: Any, cache_dir: str | Path | None, part_models: dict[str, Any]
 ) -> dict[str, DenseRetrieval | SparseRetrieval | LateInteractionRetrieval]:
-    """The spec's model parts by run name, the run's model's first: a dense part searches ``model``, a sparse part
-    ``sparse_model`` beside a dense part and ``model`` alone."""
-    dense, sparse = dense_part(spec), sparse_part(spec)
-    if sparse_model is not None and not (dense and sparse):
+    """The spec's model parts by run name, the run's model's first. A part searches the model given for it by name
+    (``part_models``), else the one its spec names, else ``model``; in the older hybrid form a sparse part beside a
+    dense one searches ``sparse_model``."""
+    parts = {name: part for name, part in components(spec).items() if part.family}
+    legacy = spec.type == "hybrid" and spec.parts is None and "dense" in parts and "splade" in parts
+    if sparse_model is not None and not legacy:
         raise EmbedkitError("a second model is for a hybrid's sparse part beside a dense part", field="sparse_model")
-    if dense and sparse and sparse_model is None:
+    if legacy and sparse_model is None:
         raise EmbedkitError("a hybrid of dense and splade parts needs the sparse model too", field="sparse_model")
-    if not (dense or sparse or late_part(spec)):
+    unknown = set(part_models) - set(parts)
+    if unknown:
+        raise EmbedkitError(f"no model part named '{min(unknown)}' (parts: {', '.join(parts)})", field="part_models")
+    if not parts:
         return {}
-    model = _load_model(model) if model is None or isinstance(model, (str, Path)) else model
-    if late_part(spec):
-        return {"colbert": LateInteractionRetrieval(model, late_part(spec), cache_dir)}
+    loaded: dict[Any, Any] = {}
     retrievals: dict[str, DenseRetrieval | SparseRetrieval | LateInteractionRetrieval] = {}
-    if dense:
-        retrievals["dense"] = DenseRetrieval(model, dense, cache_dir)
-    if sparse and dense:
-        sparse_model = _load_model(sparse_model) if isinstance(sparse_model, (str, Path)) else sparse_model
-    if sparse:
-        retrievals["splade"] = SparseRetrieval(sparse_model if dense else model, sparse, cache_dir)
+    for name, part in parts.items():
+        given = part_models.get(name) or (sparse_model if legacy and name == "splade" else part.model or model)
+        key = given if isinstance(given, (str, Path)) or given is None else id(given)
+        if key not in loaded:
+            loaded[key] = _load_model(given) if given is None or isinstance(given, (str, Path)) else given
+        retrievals[name] = RETRIEVALS[part.family](loaded[key], part, cache_dir)
     return retrievals
 
 
@@ -310,11 +312,7 @@ def _retrieve(
             runs[name] = encoded.search(data, queries, k, ignore_identical_ids)
         if position == 0:
             retrieval["search_params"] = dict(getattr(index, "search_params", {}))
-        if isinstance(encoded, SparseRetrieval):
-            retrieval["sparse"] = {"query_nnz": encoded.query_nnz, "document_nnz": encoded.document_nnz(data)}
-        if isinstance(encoded, LateInteractionRetrieval):
-            tokens = {"query_tokens": encoded.query_tokens, "document_tokens": encoded.document_tokens(data)}
-            retrieval["late_interaction"] = tokens
+        retrieval |= encoded.costs(data)
     lexical_spec = bm25_part(spec)
     if lexical_spec is not None:
         lucene_dir = Path(cache_dir or default_cache_root()) / f"lucene-{data.corpus_sha256[:16]}"

@@ -18,7 +18,7 @@ from embedkit.data.beir import BeirDataset, doc_text
 from embedkit.errors import EmbedkitError
 from embedkit.integrations.pyserini import LuceneBM25
 from embedkit.protocols import Run
-from embedkit.search.retriever import MAX_BM25_K1
+from embedkit.search.specs import MAX_BM25_K1
 from embedkit.validation import check_number
 
 BACKENDS = ("bm25s", "pyserini")

@@ -8,6 +8,7 @@ one corpus are encoded once between them (the embeddings cache key: ``embedkit.e
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from embedkit.data.beir import BeirDataset
 from embedkit.encode.cache import cached_corpus_embeddings
@@ -86,6 +87,10 @@ class DenseRetrieval:
                 self.model, data, self.cache_dir, self.executor
             )
         return self._embeddings[data.corpus_sha256]
+
+    def costs(self, data: BeirDataset) -> dict[str, Any]:
+        """Nothing beyond the search parameters, which the report records of every run."""
+        return {}
 
     def index(self, data: BeirDataset) -> Index:
         """The index of the corpus (built once per corpus and kept for further searches)."""

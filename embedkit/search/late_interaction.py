@@ -54,6 +54,10 @@ class LateInteractionRetrieval:
         stored = sum(shard["bytes_per_row"] * shard["rows"] for shard in shards) / max(rows, 1)
         return {"rows": rows, "mean": mean, "max": max((s["max"] for s in shards), default=0), "bytes_per_row": stored}
 
+    def costs(self, data: BeirDataset) -> dict[str, Any]:
+        """What a report records of the last search: token vectors per query and per document."""
+        return {"late_interaction": {"query_tokens": self.query_tokens, "document_tokens": self.document_tokens(data)}}
+
     def index(self, data: BeirDataset) -> MultiVectorExactIndex | MultiVectorIVFIndex:
         if data.corpus_sha256 not in self._index:
             if self.spec.index == "ivf":

@@ -8,195 +8,12 @@ The CLI builds it from its flags, ``embedkit.evaluate`` takes it, the reproducti
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
-from typing import Any, ClassVar, Union
+from dataclasses import asdict, fields
+from typing import Any, Union
 
 from embedkit.errors import EmbedkitError
-from embedkit.search.chunks import Aggregation
+from embedkit.search.specs import BM25, Dense, Fusion, Hybrid, LateInteraction, Sparse
 from embedkit.settings_file import build
-from embedkit.validation import check_number, check_whole
-
-FUSIONS = ("rrf", "interpolation")
-# Upper bounds where a larger value could only exhaust memory or lose precision, far above any useful setting:
-# FAISS sizes a search's heaps by ef_search; BM25's k1 saturates long before; 1/(rrf_k + rank) stops telling ranks
-# apart.
-MAX_SEARCH_PARAM = 1 << 24
-MAX_BM25_K1 = 1000.0
-MAX_RRF_K = 1_000_000
-MAX_FUSION_WEIGHT = 1e6
-BM25_BACKENDS = ("bm25s", "pyserini")
-SPARSE_INDEXES = ("exact", "impact", "seismic")
-LATE_INDEXES = ("exact", "ivf")
-MAX_QUANTIZATION = 1e6  # Lucene stores an impact as a 32-bit integer: weights above ~2000 times this overflow
-
-
-def _choose(value: str, choices: tuple[str, ...], name: str) -> None:
-    if value not in choices:
-        raise EmbedkitError(f"unknown value '{value}' (choose from {', '.join(choices)})", field=name)
-
-
-@dataclass(frozen=True)
-class Dense:
-    """The model's vectors in a FAISS index (any factory string) searched with ``metric``; ``aggregation`` (and
-    ``sum_top``) turn a chunked model's chunk scores into document scores (``embedkit.search.chunks``)."""
-
-    factory: str = "Flat"
-    metric: str = "ip"
-    nprobe: int | None = None
-    ef_search: int | None = None
-    aggregation: str | None = None
-    sum_top: int | None = None
-    type: ClassVar[str] = "dense"
-
-    @property
-    def aggregation_setting(self) -> Aggregation | None:
-        if self.aggregation is None and self.sum_top is None:
-            return None
-        return Aggregation(self.aggregation or "maxp", self.sum_top)
-
-    @property
-    def label(self) -> str:  # its part of a report folder's name
-        return self.factory
-
-    def check(self) -> Dense:
-        from embedkit.index import check_factory
-
-        _choose(self.metric, ("ip", "l2"), "metric")
-        check_factory(self.factory, metric=self.metric)  # the string alone: one line before any encoding
-        for name in ("nprobe", "ef_search"):
-            check_whole(getattr(self, name), name, minimum=1, maximum=MAX_SEARCH_PARAM)
-        if self.aggregation_setting is not None:
-            self.aggregation_setting.check()
-        return self
-
-
-@dataclass(frozen=True)
-class BM25:
-    """BM25 with ``bm25s`` (pure Python) or pyserini's Lucene; pyserini's BEIR settings by default."""
-
-    backend: str = "bm25s"
-    k1: float = 0.9
-    b: float = 0.4
-    type: ClassVar[str] = "bm25"
-
-    @property
-    def label(self) -> str:
-        return f"bm25-{self.backend}"
-
-    def check(self) -> BM25:
-        _choose(self.backend, BM25_BACKENDS, "backend")
-        check_number(self.k1, "k1", minimum=0, maximum=MAX_BM25_K1)  # NaN refused by name, not passed as "not < 0"
-        check_number(self.b, "b", minimum=0, maximum=1)
-        return self
-
-
-@dataclass(frozen=True)
-class Sparse:
-    """A learned sparse model's vectors (SPLADE, CSR) in an ``exact`` index (sparse products, the reference), a
-    Lucene ``impact`` index (pyserini's layout; weights quantised ``round(w · quantization)``) or a ``seismic`` one
-    (approximate: ``query_cut`` query terms, ``heap_factor`` of the blocks' bound)."""
-
-    index: str = "exact"
-    quantization: float = 100.0
-    query_cut: int | None = None
-    heap_factor: float | None = None
-    type: ClassVar[str] = "splade"
-
-    @property
-    def label(self) -> str:
-        return f"splade-{self.index}"
-
-    def check(self) -> Sparse:
-        _choose(self.index, SPARSE_INDEXES, "index")
-        check_number(self.quantization, "quantization", minimum=1, maximum=MAX_QUANTIZATION)
-        check_whole(self.query_cut, "query_cut", minimum=1, maximum=MAX_SEARCH_PARAM)
-        check_number(self.heap_factor, "heap_factor", minimum=0, maximum=1)
-        if self.index != "seismic" and (self.query_cut, self.heap_factor) != (None, None):
-            raise EmbedkitError(
-                f"query_cut and heap_factor are Seismic's; not for the {self.index} index", field="index"
-            )
-        return self
-
-
-@dataclass(frozen=True)
-class LateInteraction:
-    """A multi-vector model's token vectors (ColBERT), scored by MaxSim over an ``exact`` index (every document's
-    tokens: the reference) or an ``ivf`` one (candidates from an IVF over token vectors: ``nprobe`` lists, the
-    ``candidates`` nearest tokens of each query token; MaxSim over those documents)."""
-
-    index: str = "exact"
-    nprobe: int | None = None
-    candidates: int | None = None
-    type: ClassVar[str] = "colbert"
-
-    @property
-    def label(self) -> str:
-        return f"colbert-{self.index}"
-
-    def check(self) -> LateInteraction:
-        _choose(self.index, LATE_INDEXES, "index")
-        for name in ("nprobe", "candidates"):
-            check_whole(getattr(self, name), name, minimum=1, maximum=MAX_SEARCH_PARAM)
-        if self.index == "exact" and (self.nprobe, self.candidates) != (None, None):
-            raise EmbedkitError("nprobe and candidates are the ivf index's; not for the exact one", field="index")
-        return self
-
-
-@dataclass(frozen=True)
-class Fusion:
-    """Reciprocal-rank fusion, or interpolation of min-max normalised scores (``weights``: one per part of the
-    hybrid, in the order dense, bm25, splade)."""
-
-    method: str = "rrf"
-    weights: list[float] | None = None
-    depth: int = 1000
-    rrf_k: int = 60
-
-    def check(self) -> Fusion:
-        _choose(self.method, FUSIONS, "method")
-        if self.method == "rrf" and self.weights is not None:
-            raise EmbedkitError("reciprocal-rank fusion takes no weights", field="weights")
-        if self.weights is not None:
-            for i, weight in enumerate(self.weights):
-                check_number(weight, f"weights[{i}]", minimum=0, maximum=MAX_FUSION_WEIGHT)
-            if sum(self.weights) == 0:
-                raise EmbedkitError(f"give weights >= 0, not all 0: {self.weights}", field="weights")
-        check_whole(self.depth, "depth", minimum=1)
-        check_whole(self.rrf_k, "rrf_k", minimum=0, maximum=MAX_RRF_K)
-        return self
-
-
-@dataclass(frozen=True)
-class Hybrid:
-    """Two or three runs fused: a part set to None is left out (by default dense and BM25). A dense part is the run's
-    model; a sparse part beside it has its own model (``evaluate``'s ``sparse_model``)."""
-
-    dense: Dense | None = field(default_factory=Dense)
-    bm25: BM25 | None = field(default_factory=BM25)
-    fusion: Fusion = field(default_factory=Fusion)
-    sparse: Sparse | None = None  # last: hybrids were built positionally as (dense, bm25, fusion) before it
-    type: ClassVar[str] = "hybrid"
-
-    @property
-    def parts(self) -> dict[str, Dense | BM25 | Sparse]:
-        """The parts present, by run name, in the order fusion weights follow."""
-        named = {"dense": self.dense, "bm25": self.bm25, "splade": self.sparse}
-        return {name: part for name, part in named.items() if part is not None}
-
-    def check(self) -> Hybrid:
-        parts = self.parts
-        if len(parts) < 2:
-            raise EmbedkitError(f"a hybrid fuses two or three parts, not {len(parts)}", field="hybrid")
-        for part in parts.values():
-            part.check()
-        self.fusion.check()
-        weights = self.fusion.weights
-        if weights is not None and len(weights) != len(parts):
-            raise EmbedkitError(
-                f"{len(weights)} weights for {len(parts)} parts ({', '.join(parts)})", field="fusion.weights"
-            )
-        return self
-
 
 Retriever = Union[Dense, BM25, Sparse, LateInteraction, Hybrid]
 KINDS: dict[str, type] = {"dense": Dense, "bm25": BM25, "splade": Sparse, "colbert": LateInteraction, "hybrid": Hybrid}
@@ -206,16 +23,21 @@ def to_dict(retriever: Retriever) -> dict[str, Any]:
     """``{"type": ..., field: value ...}``; a hybrid's parts are nested mappings of the same shape (without type), a
     part left out is None (but an absent sparse part is not written, so hybrids made before it existed keep their
     settings hash)."""
+    if isinstance(retriever, Hybrid) and retriever.parts is not None:
+        return {"type": "hybrid", "parts": [to_dict(part) for part in retriever.parts],
+                "fusion": asdict(retriever.fusion)}  # fmt: skip
     values = _without_unset(asdict(retriever))
-    if isinstance(retriever, Hybrid) and retriever.sparse is None:
-        del values["sparse"]
+    if isinstance(retriever, Hybrid):
+        del values["parts"]
+        if retriever.sparse is None:
+            del values["sparse"]
     return {"type": retriever.type, **values}
 
 
 def _without_unset(values: dict[str, Any]) -> dict[str, Any]:
     """A dense spec (or part) without ``aggregation``/``sum_top`` when unset: records from before chunking keep
     their settings hash."""
-    for key in ("aggregation", "sum_top"):
+    for key in ("aggregation", "sum_top", "model"):
         if key in values and values[key] is None:
             del values[key]
     for key, value in values.items():
@@ -247,6 +69,8 @@ def from_dict(values: Any, path: Any = None, name: str = "retriever") -> Retriev
     values = {key: value for key, value in values.items() if key != "type"}
     if kind != "hybrid":
         return _part(KINDS[kind], values, name, path).check()
+    if "parts" in values:
+        return _parts_hybrid(values, path, name)
     parts = {"dense": Dense, "bm25": BM25, "sparse": Sparse, "fusion": Fusion}
     for key in values:
         if key not in parts:
@@ -261,6 +85,22 @@ def from_dict(values: Any, path: Any = None, name: str = "retriever") -> Retriev
     return Hybrid(**built).check()
 
 
+def _parts_hybrid(values: dict[str, Any], path: Any, name: str) -> Hybrid:
+    unknown = set(values) - {"parts", "fusion"}
+    if unknown:
+        raise EmbedkitError("unknown setting beside parts (known: fusion)", path=path, field=f"{name}.{min(unknown)}")
+    if not isinstance(values["parts"], list):
+        raise EmbedkitError("expected a list of first stages", path=path, field=f"{name}.parts")
+    parts = []
+    for i, part in enumerate(values["parts"]):
+        if not isinstance(part, (dict, str)) or (part if isinstance(part, str) else part.get("type")) == "hybrid":
+            raise EmbedkitError("expected a first stage (dense, bm25, splade, colbert)", path=path,
+                                field=f"{name}.parts[{i}]")  # fmt: skip
+        parts.append(from_dict(part, path, f"{name}.parts[{i}]"))
+    fusion = _part(Fusion, values.get("fusion") or {}, f"{name}.fusion", path)
+    return Hybrid(fusion=fusion, parts=parts).check()
+
+
 def retriever_of(value: Retriever | str | dict) -> Retriever:
     """A spec from a spec, a type name or a mapping."""
     if isinstance(value, (Dense, BM25, Sparse, LateInteraction, Hybrid)):
@@ -268,17 +108,26 @@ def retriever_of(value: Retriever | str | dict) -> Retriever:
     return from_dict(value)
 
 
+def components(retriever: Retriever) -> dict[str, Any]:
+    """A spec's first stages by run name: a hybrid's parts, or the spec itself under its type."""
+    return retriever.components if retriever.type == "hybrid" else {retriever.type: retriever}
+
+
+def _first(retriever: Retriever, kind: str) -> Any:
+    return next((part for part in components(retriever).values() if part.type == kind), None)
+
+
 def dense_part(retriever: Retriever) -> Dense | None:
-    return retriever if isinstance(retriever, Dense) else retriever.dense if isinstance(retriever, Hybrid) else None
+    return _first(retriever, "dense")
 
 
 def bm25_part(retriever: Retriever) -> BM25 | None:
-    return retriever if isinstance(retriever, BM25) else retriever.bm25 if isinstance(retriever, Hybrid) else None
+    return _first(retriever, "bm25")
 
 
 def sparse_part(retriever: Retriever) -> Sparse | None:
-    return retriever if isinstance(retriever, Sparse) else retriever.sparse if isinstance(retriever, Hybrid) else None
+    return _first(retriever, "splade")
 
 
 def late_part(retriever: Retriever) -> LateInteraction | None:
-    return retriever if isinstance(retriever, LateInteraction) else None
+    return _first(retriever, "colbert")

@@ -51,6 +51,10 @@ class SparseRetrieval:
         mean = sum(shard["mean"] * shard["rows"] for shard in shards) / max(rows, 1)
         return {"rows": rows, "mean": mean, "max": max((shard["max"] for shard in shards), default=0)}
 
+    def costs(self, data: BeirDataset) -> dict[str, Any]:
+        """What a report records of the last search: non-zeros per query and per document."""
+        return {"sparse": {"query_nnz": self.query_nnz, "document_nnz": self.document_nnz(data)}}
+
     def index(self, data: BeirDataset) -> Any:
         if data.corpus_sha256 in self._index:
             return self._index[data.corpus_sha256]
