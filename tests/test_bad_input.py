@@ -805,3 +805,29 @@ def test_ctrl_c_during_encode_says_what_was_kept_and_a_rerun_resumes(assets, tmp
     again = run_cli(command[3:], tmp_path, assets["cache"])
     assert again.returncode == 0, again.stderr
     assert f"({20 - kept} shards encoded now)" in again.stdout
+
+
+@pytest.mark.parametrize("embeddings", ["emb", "sparse_emb", "colbert_emb"])
+def test_index_build_is_the_index_command_and_every_family_then_takes_changes(embeddings, assets, tmp_path):
+    """``embedkit index build`` beside the update verbs writes what ``embedkit index`` writes, for every family; the
+    index then takes ``index add`` and passes ``index check`` (a sparse or multi-vector one beside its snapshot)."""
+    import json
+
+    from conftest import embedkit_here
+
+    from embedkit.index import open_index
+
+    folders = {}
+    for form in (["index"], ["index", "build"]):
+        folders[len(form)] = tmp_path / f"idx-{len(form)}"
+        done = embedkit_here(*form, "-e", assets[embeddings], "-o", folders[len(form)])
+        assert done.returncode == 0, done.stderr
+    one, two = (open_index(folders[n]) for n in (1, 2))
+    assert type(one) is type(two) and len(one) == len(two) and one.model_settings == two.model_settings
+    corpus = tmp_path / "new.jsonl"
+    corpus.write_text(json.dumps({"_id": "new-1", "title": "", "text": "a new document", "metadata": {"y": 1}}) + "\n")
+    added = embedkit_here("index", "add", "-i", folders[2], "--corpus", corpus, "--fields", "y:int")
+    assert added.returncode == 0, added.stderr
+    checked = embedkit_here("index", "check", "-i", folders[2])
+    assert checked.returncode == 0 and json.loads(checked.stdout)["documents"] == len(one) + 1
+    assert open_index(folders[2]).capabilities.updatable

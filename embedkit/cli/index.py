@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -60,12 +61,30 @@ def index(
 
     An index then takes changes: [bold]embedkit index add|upsert|delete|compact|check -i IDX ...[/bold]
     """
-    from embedkit.errors import EmbedkitError
-
     if ctx.invoked_subcommand is not None:  # 'embedkit index add ...': the options here are the build's
         given = {p.opts[0]: True for p in ctx.command.params if ctx.get_parameter_source(p.name).name != "DEFAULT"}
         opt.refuse_unused(given, f"with 'index {ctx.invoked_subcommand}'")
         return
+    options = {name: value for name, value in locals().items() if name not in ("ctx", "given")}
+    _build(**options)
+
+
+def build(**options) -> None:
+    """Build an index from an embeddings folder: 'embedkit index build -e EMB -o IDX' is 'embedkit index -e EMB -o
+    IDX', with every option of it (the index's family follows the embeddings: FAISS, sparse or multi-vector).
+
+    Example: [bold]embedkit index build -e emb/scifact -o idx/scifact --factory HNSW32[/bold]
+    """
+    _build(**options)
+
+
+def _build(
+    embeddings, output, factory, metric, train_size, on_disk, num_partitions, num_shards, nprobe, ef_search, rescore,
+    tune, target_recall, tune_dataset, tune_split, max_memory, target_ndcg_drop, sparse_index, quantization,
+    late_index, data_dir, overwrite,
+) -> None:  # fmt: skip
+    from embedkit.errors import EmbedkitError
+
     for flag, value in (("--embeddings", embeddings), ("--output", output)):
         if value is None:
             raise EmbedkitError(
@@ -254,5 +273,9 @@ def register(app: typer.Typer) -> None:
 
     group = typer.Typer(name="index", rich_markup_mode="rich")
     group.callback(invoke_without_command=True)(finite_numbers(index))
+    parameters = [p for p in inspect.signature(index, eval_str=True).parameters.values() if p.name != "ctx"]
+    build.__signature__ = inspect.Signature(parameters)  # index's options, as typer reads them
+    build.__annotations__ = {name: hint for name, hint in index.__annotations__.items() if name != "ctx"}
+    group.command("build")(finite_numbers(build))
     index_updates.register(group)
     app.add_typer(group)
