@@ -96,6 +96,7 @@ class SearchIndex(Protocol):
 
     engine: str  # the registry's name for it: "faiss", "exact", "ivf", "lucene-impact", "seismic", ...
     family: str  # the rows it holds: "dense", "sparse", "multivector" (``embedkit.rows``)
+    search_parameters: tuple[str, ...]  # the engine's own keywords of ``search`` ("nprobe", ...), for the CLI
     capabilities: Capabilities
 
     @property

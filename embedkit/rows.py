@@ -6,6 +6,7 @@ so shards, resume, workers, chunking and Ray handle every family with no branch 
 
 from __future__ import annotations
 
+import base64
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -55,6 +56,15 @@ class RowFormat:
         approximate engine of the family is measured against."""
         raise NotImplementedError
 
+    def to_json(self, rows: Any, encoding: str = "float") -> list[Any]:
+        """Each row as JSON for an HTTP answer (``/v1/embeddings``): only dense rows have a ``base64`` form."""
+        if encoding != "float":
+            raise EmbedkitError(f"a {self.kind} model's vectors are given as 'float' only", field="encoding_format")
+        return [self.row_json(rows, i) for i in range(len(rows))]
+
+    def row_json(self, rows: Any, i: int) -> Any:
+        raise NotImplementedError
+
     def check(self, rows: Any, count: int, dim: int, field: str = "vectors") -> Any:
         """Rows given for ``count`` documents of ``dim`` dimensions, refused with one line otherwise."""
         if format_of(rows) is not self or len(rows) != count or self.shape(rows)[1] != dim:
@@ -79,6 +89,11 @@ class DenseFormat(RowFormat):
 
     def take(self, rows: np.ndarray, positions: Sequence[int]) -> np.ndarray:
         return rows[np.asarray(positions, dtype=np.int64)]
+
+    def to_json(self, rows: np.ndarray, encoding: str = "float") -> list[Any]:
+        if encoding == "base64":  # OpenAI's: little-endian float32 bytes
+            return [base64.b64encode(row.astype("<f4").tobytes()).decode("ascii") for row in rows]
+        return [row.tolist() for row in rows]
 
     def to_blobs(self, rows: np.ndarray) -> list[bytes]:
         return [np.ascontiguousarray(row, dtype=np.float32).tobytes() for row in rows]
@@ -117,6 +132,10 @@ class SparseFormat(RowFormat):
         return {"nnz": rows.nnz_stats()}  # non-zeros per document: what a sparse index stores and reads
 
     positive_only = True
+
+    def row_json(self, rows: SparseRows, i: int) -> dict[str, list]:
+        indices, values = rows.row(i)  # each text's non-zero dimensions and their weights
+        return {"indices": indices.tolist(), "values": values.tolist()}
 
     def to_blobs(self, rows: SparseRows) -> list[bytes]:
         out = []
@@ -160,6 +179,9 @@ class TokenFormat(RowFormat):
 
     def stats(self, rows: TokenRows) -> dict[str, Any]:
         return {"tokens": rows.token_stats()}  # tokens and stored bytes per document: what a late index holds
+
+    def row_json(self, rows: TokenRows, i: int) -> list[list[float]]:
+        return rows.row(i).astype("float32").tolist()  # each text's token vectors
 
     def to_blobs(self, rows: TokenRows) -> list[bytes]:
         return [np.ascontiguousarray(rows.row(i)).tobytes() for i in range(len(rows))]

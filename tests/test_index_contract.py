@@ -49,8 +49,11 @@ def _tokens(rng: np.random.Generator, count: int) -> TokenRows:
 
 def _folder(rows, **kind) -> SimpleNamespace:
     """What the sparse and multi-vector builders read of an embeddings folder."""
-    flags = {"sparse": False, "multivector": False, **kind}
-    return SimpleNamespace(**flags, embeddings=lambda: rows, ids=lambda: IDS, settings=SETTINGS, path=None)
+    from embedkit.rows import row_format
+
+    family = next(name for name, flag in kind.items() if flag)
+    return SimpleNamespace(row_format=row_format(family), embeddings=lambda: rows, ids=lambda: IDS, settings=SETTINGS,
+                           path=None)  # fmt: skip
 
 
 class Names:

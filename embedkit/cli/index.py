@@ -129,26 +129,21 @@ def _build(
     from embedkit.encode.folder import EmbeddingsFolder
 
     folder = EmbeddingsFolder.open(embeddings)
-    sparse = {"--sparse-index": sparse_index, "--quantization": quantization}
-    if folder.sparse or folder.multivector:
-        faiss = {"--factory": factory, "--ef-search": ef_search, "--rescore": rescore, "--max-memory": max_memory}
-        faiss |= {"--num-partitions": num_partitions, "--tune": tune or None, "--on-disk": on_disk or None}
-        what = "a sparse model's embeddings" if folder.sparse else "a multi-vector model's token vectors"
-        opt.refuse_unused(faiss, f"with {what}")
-    if not folder.multivector:
-        opt.refuse_unused({"--late-index": late_index}, "without a multi-vector model's token vectors")
-    if folder.multivector:
-        opt.refuse_unused(sparse, "with a multi-vector model's token vectors (they are for a sparse model's)")
-        if (late_index or "exact") == "exact":
-            opt.refuse_unused({"--nprobe": nprobe}, "with the exact multi-vector index (it is for ivf)")
-        _multivector(folder, output, late_index or "exact", nprobe, overwrite)
+    family = folder.row_format.kind
+    given = {"--factory": factory, "--ef-search": ef_search, "--rescore": rescore, "--max-memory": max_memory,
+             "--num-partitions": num_partitions, "--tune": tune or None, "--on-disk": on_disk or None,
+             "--nprobe": nprobe, "--sparse-index": sparse_index, "--quantization": quantization,
+             "--late-index": late_index}  # fmt: skip
+    opt.refuse_unused({flag: value for flag, value in given.items() if flag not in FAMILY_FLAGS[family]},
+                      f"with {WHAT[family]}")  # fmt: skip
+    builder = ROW_INDEXES.get(family)
+    if builder is not None:  # a sparse or multi-vector index: its engine from its flag, the flags it reads checked
+        engine = given[ENGINE_FLAG[family]] or "exact"
+        for flag, engines in ENGINE_FLAGS[family].items():
+            if engine not in engines:
+                opt.refuse_unused({flag: given[flag]}, f"with the {engine} {family} index (it is for {engines[0]})")
+        builder(folder, output, engine, given, overwrite)
         return
-    if folder.sparse:
-        opt.refuse_unused({"--nprobe": nprobe}, f"with {what}")
-    if folder.sparse:
-        _sparse(folder, output, sparse_index or "exact", quantization, overwrite)
-        return
-    opt.refuse_unused(sparse, "with dense embeddings (FAISS indexes them)")
     factory = factory or "Flat"
     from embedkit.index.faiss_helpers import INDEX_KINDS, BuildSettings
 
@@ -196,55 +191,73 @@ def _build(
     typer.echo(f"{len(built)} vectors indexed as '{factory}' at {output}")
 
 
-def _sparse(folder, output: Path, engine: str, quantization: float | None, overwrite: bool) -> None:
-    """A sparse model's embeddings: the exact index, or a Lucene impact index in pyserini's layout."""
-    from embedkit.errors import EmbedkitError
-    from embedkit.index.sparse_exact import SPARSE_INDEX_KIND, SparseExactIndex
-    from embedkit.outputs import check_output_folder, refuse_inside_other_output
+def _sparse(folder, output: Path, engine: str, given: dict, overwrite: bool) -> None:
+    """A sparse model's embeddings: the exact index, Seismic's, or a Lucene impact index in pyserini's layout."""
+    from embedkit.index.sparse_exact import SPARSE_INDEX_KIND
 
-    if engine != "impact":
-        opt.refuse_unused({"--quantization": quantization}, f"with the {engine} sparse index (it is for impact)")
-    check_output_folder(output, SPARSE_INDEX_KIND, overwrite)
-    refuse_inside_other_output(output, "index")
-    if not folder.complete:
-        raise EmbedkitError("the embeddings are incomplete; rerun 'embedkit encode' to finish them", path=folder.path)
-    if engine == "exact":
-        SparseExactIndex.build(folder).save(output, overwrite=overwrite)
-    elif engine == "seismic":
-        from embedkit.integrations.seismic import build_seismic_index
-
-        build_seismic_index(output, folder.ids(), folder.embeddings(), folder.settings, overwrite=overwrite)
-    else:
-        from embedkit.integrations.pyserini_impact import build_impact_index
-        from embedkit.models.loading import load_model_from_settings
-
-        names = load_model_from_settings(folder.settings).token_names  # the terms are the tokenizer's words
-        rows, settings = folder.embeddings(), folder.settings
-        build_impact_index(output, folder.ids(), rows, names, settings, quantization=quantization or 100.0,
-                           overwrite=overwrite)  # fmt: skip
+    _check_output(folder, output, SPARSE_INDEX_KIND, overwrite)
+    SPARSE_BUILDS[engine](folder, output, given, overwrite)
     typer.echo(f"{folder.manifest['count']} sparse vectors indexed ({engine}) at {output}")
 
 
-def _multivector(folder, output: Path, engine: str, nprobe: int | None, overwrite: bool) -> None:
+def _sparse_exact(folder, output: Path, given: dict, overwrite: bool) -> None:
+    from embedkit.index.sparse_exact import SparseExactIndex
+
+    SparseExactIndex.build(folder).save(output, overwrite=overwrite)
+
+
+def _seismic(folder, output: Path, given: dict, overwrite: bool) -> None:
+    from embedkit.integrations.seismic import build_seismic_index
+
+    build_seismic_index(output, folder.ids(), folder.embeddings(), folder.settings, overwrite=overwrite)
+
+
+def _impact(folder, output: Path, given: dict, overwrite: bool) -> None:
+    from embedkit.integrations.pyserini_impact import build_impact_index
+    from embedkit.models.loading import load_model_from_settings
+
+    names = load_model_from_settings(folder.settings).token_names  # the terms are the tokenizer's words
+    build_impact_index(output, folder.ids(), folder.embeddings(), names, folder.settings,
+                       quantization=given["--quantization"] or 100.0, overwrite=overwrite)  # fmt: skip
+
+
+def _multivector(folder, output: Path, engine: str, given: dict, overwrite: bool) -> None:
     """A multi-vector model's token vectors: the exact index (exhaustive MaxSim), or an IVF over the tokens."""
-    from embedkit.errors import EmbedkitError
     from embedkit.index.multivector_exact import MULTIVECTOR_INDEX_KIND, MultiVectorExactIndex
+    from embedkit.index.multivector_ivf import MultiVectorIVFIndex
+
+    _check_output(folder, output, MULTIVECTOR_INDEX_KIND, overwrite)
+    built = {"exact": MultiVectorExactIndex, "ivf": MultiVectorIVFIndex}[engine].build(folder)
+    if given["--nprobe"] is not None:
+        built.set_search_params(nprobe=given["--nprobe"])
+    built.save(output, overwrite=overwrite)
+    how = {"exact": "exact MaxSim", "ivf": "an IVF over token vectors, MaxSim over its candidates"}[engine]
+    typer.echo(f"{folder.manifest['count']} documents' token vectors indexed ({how}) at {output}")
+
+
+def _check_output(folder, output: Path, kind: str, overwrite: bool) -> None:
+    from embedkit.errors import EmbedkitError
     from embedkit.outputs import check_output_folder, refuse_inside_other_output
 
-    check_output_folder(output, MULTIVECTOR_INDEX_KIND, overwrite)
+    check_output_folder(output, kind, overwrite)
     refuse_inside_other_output(output, "index")
     if not folder.complete:
         raise EmbedkitError("the embeddings are incomplete; rerun 'embedkit encode' to finish them", path=folder.path)
-    if engine == "exact":
-        MultiVectorExactIndex.build(folder).save(output, overwrite=overwrite)
-    else:
-        from embedkit.index.multivector_ivf import MultiVectorIVFIndex
 
-        built = MultiVectorIVFIndex.build(folder)
-        built.set_search_params(nprobe=nprobe)
-        built.save(output, overwrite=overwrite)
-    how = "exact MaxSim" if engine == "exact" else "an IVF over token vectors, MaxSim over its candidates"
-    typer.echo(f"{folder.manifest['count']} documents' token vectors indexed ({how}) at {output}")
+
+# What each family's embeddings are indexed by, and the flags it reads: any other build flag is refused by name.
+WHAT = {"dense": "dense embeddings (FAISS indexes them)", "sparse": "a sparse model's embeddings",
+        "multivector": "a multi-vector model's token vectors"}  # fmt: skip
+FAMILY_FLAGS = {
+    "dense": ("--factory", "--ef-search", "--rescore", "--max-memory", "--num-partitions", "--tune", "--on-disk",
+              "--nprobe"),
+    "sparse": ("--sparse-index", "--quantization"),
+    "multivector": ("--late-index", "--nprobe"),
+}  # fmt: skip
+ENGINE_FLAG = {"sparse": "--sparse-index", "multivector": "--late-index"}
+ENGINE_FLAGS = {"sparse": {"--quantization": ("impact",)}, "multivector": {"--nprobe": ("ivf",)}}
+ROW_INDEXES = {"sparse": _sparse, "multivector": _multivector}
+SPARSE_BUILDS = {"exact": _sparse_exact, "seismic": _seismic, "impact": _impact}
 
 
 def _choose(folder, settings, budget, target_recall, ndcg_drop, dataset, split, data_dir):

@@ -72,15 +72,13 @@ def search(
     from embedkit.index.registry import open_index
 
     opened = open_index(index)  # files checked before any model loads
-    faiss = opened.engine == "faiss"  # FAISS's own search parameters, rescoring and chunk rows
-    if not faiss:
-        tunable = {"--ef-search": ef_search, "--rescore": rescore, "--embeddings": embeddings}
-        if not hasattr(opened, "set_search_params"):  # an IVF over token vectors takes --nprobe
-            tunable["--nprobe"] = nprobe
-        opt.refuse_unused(tunable, f"with a {opened.engine} index of {opened.model_settings.get('kind')} rows")
-        if nprobe is not None:
-            opened.set_search_params(nprobe=nprobe)
-        opt.refuse_unused({"--aggregation": aggregation, "--sum-top": sum_top}, "with an index of whole documents")
+    params = {"nprobe": nprobe, "ef_search": ef_search, "rescore": rescore}
+    params = {name: value for name, value in params.items() if value is not None}
+    what = f"with a {opened.engine} index of {opened.family} rows"
+    unknown = {f"--{name.replace('_', '-')}": True for name in params if name not in opened.search_parameters}
+    opt.refuse_unused(unknown, what)  # each engine declares the search flags it reads
+    if "rescore" not in opened.search_parameters:  # float vectors rescore a compressed FAISS index
+        opt.refuse_unused({"--embeddings": embeddings}, what)
     from embedkit.search.chunks import check_aggregation
 
     check_aggregation(opened, chunk_scores)
@@ -97,31 +95,15 @@ def search(
         texts = data.split_queries(split) if split else data.queries
     from embedkit.data.trec import write_run
     from embedkit.models.loading import load_model_from_settings
-    from embedkit.search.dense import dense_search
+    from embedkit.search.queries import search_queries
 
     given = {name: value for name, value in vars(runtime).items() if value is not None}
     embedder = load_model_from_settings(opened.model_settings, **given)  # the index's model, as built
-    if not faiss:
-        from embedkit.search.queries import search_queries
-
-        given_filter = {} if metadata_filter is None else {"filter": metadata_filter}
-        run, _ = search_queries(embedder, opened, texts, k, ignore_identical_ids=ignore_identical_ids, **given_filter)
-        write_run(output, run)
-        typer.echo(f"{len(run)} queries searched; run written to {output}")
-        return
-    opened.check_model(embedder.settings)
-    run = dense_search(
-        embedder,
-        opened,
-        texts,
-        k=k,
-        ignore_identical_ids=ignore_identical_ids,
-        nprobe=nprobe,
-        ef_search=ef_search,
-        rescore=rescore,
-        filter=metadata_filter,
-        aggregation=chunk_scores,
-    )
+    if chunk_scores is not None:
+        params["aggregation"] = chunk_scores
+    if metadata_filter is not None:
+        params["filter"] = metadata_filter
+    run, _ = search_queries(embedder, opened, texts, k, ignore_identical_ids=ignore_identical_ids, **params)
     write_run(output, run)
     typer.echo(f"{len(run)} queries searched; run written to {output}")
 

@@ -118,7 +118,7 @@ class ShardEncoder:
 def _dense(model: Any) -> bool:
     """A single-vector model, encoded from batches tokenized in the read tasks (a sparse or multi-vector model is
     handed its texts)."""
-    return getattr(model, "kind", "dense") == "dense"
+    return model.encodes_token_batches
 
 
 class RayExecutor:

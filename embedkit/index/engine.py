@@ -35,3 +35,11 @@ def refuse_filter(filter: str | None, engine: str) -> None:
             f"the {engine} index holds no metadata to filter by; open it for updates first (embedkit index add)",
             field="filter",
         )
+
+
+def check_family(embeddings: Any, family: str) -> None:
+    """An embeddings folder holds the rows an engine of ``family`` indexes (``embedkit.rows``)."""
+    held = embeddings.row_format.kind
+    if held != family:
+        raise EmbedkitError(f"holds {held} rows; a {family} index needs a {family} model's embeddings",
+                            path=embeddings.path, field="--embeddings")  # fmt: skip

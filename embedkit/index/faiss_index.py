@@ -48,6 +48,7 @@ class Index(SearchParams):
 
     engine = "faiss"
     family = "dense"
+    search_parameters = ("nprobe", "ef_search", "rescore")  # what search() takes beyond rows, k and filter
 
     def __init__(self, index: faiss.Index | faiss.IndexBinary, ids: list[str], meta: dict[str, Any]) -> None:
         if index.ntotal != len(ids):

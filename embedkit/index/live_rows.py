@@ -54,6 +54,10 @@ class RowsLiveIndex:
         return self.base.family
 
     @property
+    def search_parameters(self) -> tuple[str, ...]:
+        return self.base.search_parameters
+
+    @property
     def capabilities(self) -> Capabilities:
         return replace(self.base.capabilities, updatable=True, filterable=True)
 
@@ -184,8 +188,9 @@ class RowsLiveIndex:
 
     # --- search ----------------------------------------------------------------------------------------------------
 
-    def search(self, rows: Any, k: int, *, filter: str | None = None) -> Hits:
-        """The top ``k`` live documents per query row; with ``filter``, of the documents whose metadata match."""
+    def search(self, rows: Any, k: int, *, filter: str | None = None, **params: Any) -> Hits:
+        """The top ``k`` live documents per query row; with ``filter``, of the documents whose metadata match
+        (scored exactly); ``params``: the snapshot engine's own search parameters."""
         k = check_whole(k, "k", minimum=1)
         self.refresh()
         with self._lock:
@@ -196,7 +201,7 @@ class RowsLiveIndex:
             ranked = [[] for _ in range(len(rows))]
             if len(self.base):
                 depth = min(len(self.base), k + len(self.dead_snapshot))
-                found = self.base.search(rows, depth)
+                found = self.base.search(rows, depth, **params)
                 dead = self.dead_snapshot
                 ranked = [[hit for hit in found.ranked(i) if hit[0] not in dead] for i in range(len(rows))]
             if len(self.added):

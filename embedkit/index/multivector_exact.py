@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 from embedkit.data.trec import TIE_BREAK, top_hits
 from embedkit.encode.folder import load_token_rows
 from embedkit.errors import EmbedkitError
-from embedkit.index.engine import open_meta, refuse_filter, write_meta
+from embedkit.index.engine import check_family, open_meta, refuse_filter, write_meta
 from embedkit.index.registry import MULTIVECTOR_FORMAT as FORMAT
 from embedkit.multivector import TokenRows, maxsim
 from embedkit.outputs import replace_folder
@@ -34,6 +34,7 @@ class MultiVectorExactIndex:
     settings: dict[str, Any]  # the model's, from the embeddings folder
     engine: ClassVar[str] = "exact"
     family: ClassVar[str] = "multivector"
+    search_parameters: ClassVar[tuple[str, ...]] = ()
     capabilities: ClassVar[Capabilities] = Capabilities()
 
     @property
@@ -48,12 +49,7 @@ class MultiVectorExactIndex:
     @classmethod
     def build(cls, embeddings: Any) -> MultiVectorExactIndex:
         """From a multi-vector ``EmbeddingsFolder`` (every shard verified as it is read)."""
-        if not embeddings.multivector:
-            raise EmbedkitError(
-                "holds single vectors per document; a multi-vector index needs a MultiVectorEncoder's token vectors",
-                path=embeddings.path,
-                field="--embeddings",
-            )
+        check_family(embeddings, cls.family)
         return cls(embeddings.embeddings(), embeddings.ids(), embeddings.settings)
 
     def __len__(self) -> int:

@@ -44,6 +44,7 @@ class MultiVectorIVFIndex:
     engine: ClassVar[str] = "ivf"
     family: ClassVar[str] = "multivector"
     capabilities: ClassVar[Capabilities] = Capabilities(approximate=True)
+    search_parameters: ClassVar[tuple[str, ...]] = ("nprobe", "candidates")
 
     @classmethod
     def build(cls, embeddings: Any, lists: int | None = None, seed: int = 0) -> MultiVectorIVFIndex:
@@ -145,10 +146,19 @@ class MultiVectorIVFIndex:
         tokens = tokens[tokens >= 0]
         return np.unique(np.searchsorted(self.exact.documents.offsets, tokens, side="right") - 1)
 
-    def search(self, queries: TokenRows, k: int, *, filter: str | None = None) -> Hits:
-        """The top ``k`` candidates of each query by exact MaxSim, best first."""
+    def search(self, queries: TokenRows, k: int, *, filter: str | None = None, nprobe: int | None = None,
+               candidates: int | None = None) -> Hits:  # fmt: skip
+        """The top ``k`` candidates of each query by exact MaxSim, best first (``nprobe`` and ``candidates`` for
+        this search only, else the index's own)."""
         check_whole(k, "k", minimum=1)
         refuse_filter(filter, "multi-vector")
+        if nprobe is not None or candidates is not None:
+            kept = self.search_params
+            self.set_search_params(nprobe, candidates)
+            try:
+                return self.search(queries, k)
+            finally:
+                self.nprobe, self.candidates = kept["nprobe"], kept["candidates"]
         if len(queries) and queries.dim != self.exact.documents.dim:
             raise EmbedkitError(f"query token vectors have {queries.dim} dimensions, the index "
                                 f"{self.exact.documents.dim}: another model's", field="model")  # fmt: skip

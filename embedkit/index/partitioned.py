@@ -38,6 +38,7 @@ class PartitionedIndex:
 
     engine = "faiss"
     family = "dense"
+    search_parameters = ("nprobe", "ef_search", "rescore")
 
     def __init__(self, partitions: list[Index], meta: dict[str, Any], names: list[str] | None = None) -> None:
         if not partitions:

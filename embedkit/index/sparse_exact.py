@@ -18,7 +18,7 @@ import numpy as np
 from embedkit.data.trec import TIE_BREAK, top_hits
 from embedkit.encode.folder import load_sparse_rows
 from embedkit.errors import EmbedkitError
-from embedkit.index.engine import open_meta, refuse_filter, write_meta
+from embedkit.index.engine import check_family, open_meta, refuse_filter, write_meta
 from embedkit.index.registry import SPARSE_FORMAT as FORMAT
 from embedkit.outputs import replace_folder
 from embedkit.protocols import Capabilities, Hits
@@ -37,6 +37,7 @@ class SparseExactIndex:
     settings: dict[str, Any]  # the model's, from the embeddings folder
     engine: ClassVar[str] = "exact"
     family: ClassVar[str] = "sparse"
+    search_parameters: ClassVar[tuple[str, ...]] = ()
     capabilities: ClassVar[Capabilities] = Capabilities()
 
     @property
@@ -51,12 +52,7 @@ class SparseExactIndex:
     @classmethod
     def build(cls, embeddings: Any) -> SparseExactIndex:
         """From a sparse ``EmbeddingsFolder`` (every shard verified as it is read)."""
-        if not embeddings.sparse:
-            raise EmbedkitError(
-                "holds dense embeddings; a sparse index needs a sparse model's (load a SparseEncoder)",
-                path=embeddings.path,
-                field="--embeddings",
-            )
+        check_family(embeddings, cls.family)
         return cls(embeddings.embeddings().to_scipy(), embeddings.ids(), embeddings.settings)
 
     @classmethod

@@ -104,6 +104,7 @@ class LuceneImpact:
 
     engine: ClassVar[str] = ENGINE
     family: ClassVar[str] = "sparse"
+    search_parameters: ClassVar[tuple[str, ...]] = ()
     capabilities: ClassVar[Capabilities] = Capabilities()
 
     def __init__(self, folder: str | Path, threads: int = 1) -> None:

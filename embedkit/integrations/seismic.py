@@ -95,6 +95,7 @@ class SeismicSparse:
 
     engine: ClassVar[str] = ENGINE
     family: ClassVar[str] = "sparse"
+    search_parameters: ClassVar[tuple[str, ...]] = ()
     capabilities: ClassVar[Capabilities] = Capabilities(approximate=True)
 
     def __init__(self, folder: str | Path, query_cut: int | None = None, heap_factor: float | None = None) -> None:

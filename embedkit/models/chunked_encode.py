@@ -39,14 +39,14 @@ def check_chunkable(model: Any, chunking: Chunking) -> None:
     """What the model must allow for ``chunking``: a max length (a static model reads every token and has none)
     and, for late chunking, one vector per chunk pooled from a dense model's token vectors by a pooling that pools a
     span on its own."""
-    if model.max_length is None:
-        raise EmbedkitError("a static model reads every token of a document; it has no max length to chunk for")
-    chunking.check(model.max_length)
-    if chunking.method == "late" and model.kind != "dense":
+    if chunking.method == "late" and not model.pools_token_vectors:
         raise EmbedkitError(
             f"late chunking pools a dense model's token vectors; chunk a {model.kind} model with window or sentence",
             field="--chunking",
         )
+    if model.max_length is None:
+        raise EmbedkitError("a static model reads every token of a document; it has no max length to chunk for")
+    chunking.check(model.max_length)
     if chunking.method == "late" and model.backend != "torch":
         raise EmbedkitError(
             f"late chunking reads the token vectors of the torch network, not the {model.backend} backend's",
@@ -82,7 +82,7 @@ def encode_chunks(model: Any, texts: list[str], chunking: Chunking, progress: An
     chars = np.concatenate([char_spans(doc, doc_spans) for doc, doc_spans in zip(tokens, spans)])
     if chunking.method != "late":
         pieces = [text[a:b] for text, rows in zip(texts, (chars[i:j] for i, j in _bounds(counts))) for a, b in rows]
-        if model.kind == "dense":  # the token-budget batches of the dense path, its progress counted here
+        if model.encodes_token_batches:  # the token-budget batches of the dense path, its progress counted here
             rows = encode_texts(model, pieces, prompt=prompt, show_progress=False)
         else:
             rows = model.encode_documents(pieces)

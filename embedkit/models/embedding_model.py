@@ -30,6 +30,8 @@ class EmbeddingModel(Encoder):
 
     kind = "dense"
     identity = DENSE_IDENTITY
+    encodes_token_batches = True
+    pools_token_vectors = True
 
     def __init__(
         self,

@@ -30,6 +30,8 @@ class Encoder:
 
     kind: ClassVar[str] = ""
     identity: ClassVar[tuple[str, ...]] = ()  # settings an index and its queries must share
+    encodes_token_batches: ClassVar[bool] = False  # encodes batches tokenized elsewhere (Ray's read tasks)
+    pools_token_vectors: ClassVar[bool] = False  # one vector pooled from token vectors: late chunking can pool spans
 
     @property
     def settings(self) -> dict[str, Any]:

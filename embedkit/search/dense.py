@@ -14,7 +14,6 @@ from embedkit.data.beir import BeirDataset
 from embedkit.encode.cache import cached_corpus_embeddings
 from embedkit.encode.executor import ShardExecutor
 from embedkit.encode.folder import EmbeddingsFolder
-from embedkit.errors import EmbedkitError
 from embedkit.index import check_factory
 from embedkit.index.faiss_helpers import BuildSettings
 from embedkit.index.faiss_index import Index
@@ -22,7 +21,7 @@ from embedkit.index.partitioned import PartitionedIndex
 from embedkit.models.embedding_model import EmbeddingModel
 from embedkit.protocols import Run
 from embedkit.search.chunks import Aggregation, check_aggregation
-from embedkit.search.queries import hits_to_run, search_documents
+from embedkit.search.queries import hits_to_run, require_family, search_documents
 from embedkit.search.retriever import Dense
 
 
@@ -64,13 +63,7 @@ class DenseRetrieval:
         cache_dir: str | Path | None = None,
         executor: ShardExecutor | None = None,
     ) -> None:
-        kind = getattr(model, "kind", "dense")
-        if kind != "dense":
-            how = {"sparse": "a sparse model (SparseEncoder)", "multivector": "a multi-vector model"}
-            retriever = {"sparse": "splade", "multivector": "colbert"}
-            raise EmbedkitError(
-                f"'{model.name}' is {how[kind]}; search it with --retriever {retriever[kind]}", field="model"
-            )
+        require_family(model, "dense")
         self.model = model
         self.executor = executor
         self.spec = (spec or Dense()).check()

@@ -14,21 +14,15 @@ from typing import Any
 from embedkit.data.beir import BeirDataset
 from embedkit.encode.cache import cached_corpus_embeddings
 from embedkit.encode.folder import EmbeddingsFolder
-from embedkit.errors import EmbedkitError
 from embedkit.index.multivector_exact import MultiVectorExactIndex
 from embedkit.index.multivector_ivf import MultiVectorIVFIndex
 from embedkit.protocols import Run
-from embedkit.search.queries import search_queries
+from embedkit.search.queries import require_family, search_queries
 from embedkit.search.retriever import LateInteraction
 
 
 def check_multivector_model(model: Any) -> None:
-    if getattr(model, "kind", "dense") != "multivector":
-        raise EmbedkitError(
-            f"'{model.name}' is a {getattr(model, 'kind', 'dense')} model; --retriever colbert needs a multi-vector "
-            "one (a MultiVectorEncoder folder)",
-            field="model",
-        )
+    require_family(model, "multivector")
 
 
 class LateInteractionRetrieval:

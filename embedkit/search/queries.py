@@ -10,9 +10,25 @@ from __future__ import annotations
 from typing import Any
 
 from embedkit.data.trec import ranked
+from embedkit.errors import EmbedkitError
 from embedkit.index.engine import refuse_filter
 from embedkit.protocols import Hits, Run
 from embedkit.search.chunks import Aggregation, chunking_of, search_chunked
+
+RETRIEVER_OF = {"dense": "dense", "sparse": "splade", "multivector": "colbert"}  # --retriever of each family
+NOUN = {"dense": "dense", "sparse": "sparse", "multivector": "multi-vector"}
+FOLDER = {"dense": "a SentenceTransformer folder", "sparse": "a SparseEncoder folder",
+          "multivector": "a MultiVectorEncoder folder"}  # fmt: skip
+
+
+def require_family(model: Any, family: str) -> None:
+    """Refuse a model of another family for a retrieval of this one, naming the retriever that would search it."""
+    if model.kind != family:
+        raise EmbedkitError(
+            f"'{model.name}' is a {NOUN[model.kind]} model; --retriever {RETRIEVER_OF[family]} needs a "
+            f"{NOUN[family]} one ({FOLDER[family]}); search this one with --retriever {RETRIEVER_OF[model.kind]}",
+            field="model",
+        )
 
 
 def search_queries(

@@ -13,20 +13,15 @@ from typing import Any
 from embedkit.data.beir import BeirDataset
 from embedkit.encode.cache import cached_corpus_embeddings, default_cache_root
 from embedkit.encode.folder import EmbeddingsFolder
-from embedkit.errors import EmbedkitError
 from embedkit.index.sparse_exact import SparseExactIndex
 from embedkit.protocols import Run
-from embedkit.search.queries import search_queries
+from embedkit.search.queries import require_family, search_queries
 from embedkit.search.retriever import Sparse
 from embedkit.storage import sha256_json
 
 
 def check_sparse_model(model: Any) -> None:
-    if getattr(model, "kind", "dense") != "sparse":
-        raise EmbedkitError(
-            f"'{model.name}' is a dense model; --retriever splade needs a sparse one (a SparseEncoder folder)",
-            field="model",
-        )
+    require_family(model, "sparse")
 
 
 class SparseRetrieval:

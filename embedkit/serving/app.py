@@ -8,7 +8,6 @@ Requests are checked here (``bodies``: sizes, counts, texts, ``k``) and answered
 from __future__ import annotations
 
 import asyncio
-import base64
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
@@ -18,7 +17,8 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.responses import HTMLResponse, JSONResponse
 
-from embedkit.multivector import TokenRows
+from embedkit.errors import EmbedkitError
+from embedkit.rows import format_of
 from embedkit.serving import bodies
 from embedkit.serving.batcher import MicroBatcher, WorkFailed
 from embedkit.serving.bodies import EmbeddingsRequest, SearchRequest
@@ -26,7 +26,6 @@ from embedkit.serving.documents import Documents, DocumentsRequest, check_filter
 from embedkit.serving.engine import Engine
 from embedkit.serving.errors import BodyLimit, RequestError, install_error_handlers
 from embedkit.serving.settings import ServeSettings, is_loopback
-from embedkit.sparse import SparseRows
 
 
 def create_app(engine: Engine, settings: ServeSettings) -> FastAPI:
@@ -105,19 +104,10 @@ def create_app(engine: Engine, settings: ServeSettings) -> FastAPI:
             if dimensions != engine.model.dim:
                 raise RequestError("dimensions", f"the model gives {engine.model.dim} dimensions, not {dimensions}")
         vectors, tokens = await answer(texts, None, names, "input")
-        if isinstance(vectors, SparseRows):  # a sparse model: each text's non-zero dimensions and their weights
-            if request.encoding_format != "float":
-                raise RequestError("encoding_format", "a sparse model's vectors are given as 'float' only")
-            rows = [vectors.row(i) for i in range(len(texts))]
-            encoded = [{"indices": indices.tolist(), "values": values.tolist()} for indices, values in rows]
-        elif isinstance(vectors, TokenRows):  # a multi-vector model: each text's token vectors
-            if request.encoding_format != "float":
-                raise RequestError("encoding_format", "a multi-vector model's vectors are given as 'float' only")
-            encoded = [vectors.row(i).astype("float32").tolist() for i in range(len(texts))]
-        elif request.encoding_format == "base64":  # OpenAI's: little-endian float32 bytes
-            encoded = [base64.b64encode(row.astype("<f4").tobytes()).decode("ascii") for row in vectors]
-        else:
-            encoded = [row.tolist() for row in vectors]
+        try:  # each family's rows as JSON (embedkit.rows): sparse non-zeros, token vectors, or dense floats
+            encoded = format_of(vectors).to_json(vectors, request.encoding_format)
+        except EmbedkitError as err:
+            raise RequestError("encoding_format", str(err).split(": ", 1)[-1]) from None
         data = [{"object": "embedding", "index": i, "embedding": row} for i, row in enumerate(encoded)]
         usage = {"prompt_tokens": tokens, "total_tokens": tokens}
         return JSONResponse({"object": "list", "data": data, "model": model_name, "usage": usage})

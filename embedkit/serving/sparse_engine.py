@@ -11,16 +11,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from embedkit.errors import EmbedkitError
+from embedkit.search.queries import require_family
 from embedkit.serving.engine import Engine
 from embedkit.validation import check_texts, check_whole
 
 
 class SparseEngine(Engine):
     def __init__(self, model: Any, index: Any, dataset: Any = None, snippet_chars: int = 300, index_path=None) -> None:
-        if model.kind == "dense":
-            raise EmbedkitError(f"'{model.name}' is a dense model; this index holds another family's rows",
-                                field="--model")  # fmt: skip
+        require_family(model, index.family)
         model.check(index)
         self.model, self.index, self.dataset, self.snippet_chars = model, index, dataset, snippet_chars
         self.index_path = None if index_path is None else str(Path(index_path).resolve())

@@ -72,19 +72,17 @@ class TrainConfig(RunConfig):
         return self.objective == "cross-encoder"
 
     @property
-    def sparse(self) -> bool:
-        return self.objective in SPARSE_OBJECTIVES
-
-    @property
-    def multivector(self) -> bool:
-        return self.objective == "colbert"
+    def family(self) -> str | None:
+        """The family a sparse or late-interaction objective trains (``embedkit.train.recipes``); None for a dense
+        bi-encoder or a cross-encoder, which train through sentence-transformers' own classes."""
+        return {**dict.fromkeys(SPARSE_OBJECTIVES, "sparse"), "colbert": "multivector"}.get(self.objective)
 
     def check(self) -> None:
         if self.objective not in OBJECTIVES:
             raise EmbedkitError(f"unknown objective '{self.objective}' ({' | '.join(OBJECTIVES)})", field="objective")
         if self.objective == "supervised" and not (self.data or self.dataset):
             raise EmbedkitError("supervised training needs --data (JSONL) or --dataset (BEIR qrels)", field="data")
-        if (self.sparse or self.multivector) and not self.data:
+        if self.family is not None and not self.data:
             raise EmbedkitError(f"{self.objective} learns from query, positive, negatives: --data", field="data")
         if self.cross_encoder and not self.data:
             raise EmbedkitError("a cross-encoder learns from negatives: --data (from 'embedkit mine')", field="data")
@@ -127,7 +125,7 @@ class TrainConfig(RunConfig):
         check_number(self.projection_dim, "projection_dim", minimum=1, maximum=MAX_DIM)
         if self.scoring not in SCORINGS:
             raise EmbedkitError(f"unknown scoring '{self.scoring}' ({' | '.join(SCORINGS)})", field="scoring")
-        if not (self.sparse or self.multivector):
+        if self.family is None:
             return
         for name in ("matryoshka_dims", "mini_batch_size", "soup_last", "merge_with_base", "transfer_datasets"):
             if getattr(self, name) not in (None, [], False):

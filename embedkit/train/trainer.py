@@ -32,8 +32,8 @@ from embedkit.train.data import QUERY_ID, beir_pairs, carve_dev, load_jsonl_exam
 from embedkit.train.losses import build_loss
 from embedkit.train.merge import auto_alpha, interpolate, keep_checkpoints, soup_of_checkpoints, state_of
 from embedkit.train.merge_settings import ALPHA_RULE
-from embedkit.train.multivector import build_multivector_model, multivector_loss
-from embedkit.train.sparse import build_sparse_model, loss_callbacks, sparse_arguments, sparse_loss
+from embedkit.train.recipes import RECIPES
+from embedkit.train.sparse import loss_callbacks
 from embedkit.train.unsupervised import cropping_pairs, simcse_pairs
 from embedkit.training.arguments import shared_training_arguments
 from embedkit.training.evaluator import RerankEvaluator, RetrievalEvaluator
@@ -54,7 +54,7 @@ RERANK_DEV_DEPTH = 30  # BM25 hits per dev query a cross-encoder reranks during 
 
 def training_data(config: TrainConfig) -> datasets.Dataset:
     """The examples the config names: a JSONL file, a BEIR split's qrels pairs, or pairs made from a raw corpus."""
-    if config.data and (config.objective in ("supervised", "cross-encoder") or config.sparse or config.multivector):
+    if config.data and (config.objective in ("supervised", "cross-encoder") or config.family is not None):
         return load_jsonl_examples(
             config.data,
             config.num_negatives,
@@ -97,17 +97,8 @@ def training_arguments(config: TrainConfig, checkpoints: Path) -> Any:
         }
     if config.cross_encoder:
         return CrossEncoderTrainingArguments(**arguments, disable_tqdm=False)
-    if config.sparse:
-        from sentence_transformers.sparse_encoder import SparseEncoderTrainingArguments
-
-        extra = {"batch_sampler": BatchSamplers.NO_DUPLICATES, "disable_tqdm": False, **sparse_arguments(config)}
-        return SparseEncoderTrainingArguments(**arguments, **extra)
-    if config.multivector:
-        from sentence_transformers.multi_vector_encoder import MultiVectorEncoderTrainingArguments
-
-        return MultiVectorEncoderTrainingArguments(
-            **arguments, batch_sampler=BatchSamplers.NO_DUPLICATES, disable_tqdm=False
-        )
+    if config.family is not None:
+        return RECIPES[config.family].arguments(arguments, config)
     sampler = BatchSamplers.NO_DUPLICATES if config.objective == "supervised" else BatchSamplers.BATCH_SAMPLER
     return SentenceTransformerTrainingArguments(**arguments, batch_sampler=sampler, disable_tqdm=False)
 
@@ -148,12 +139,9 @@ def _dev_evaluator(config: TrainConfig, dev_ids: list[str] | None) -> Any:
 
 def _model_and_loss(config: TrainConfig, examples: datasets.Dataset, world_size: int) -> tuple[Any, Any, Any, dict]:
     """(network, loss, examples as the loss reads them, what the network started from)."""
-    if config.sparse:
-        network, started = build_sparse_model(config.objective, config.model, config.max_length, config.csr_k)
-        return network, sparse_loss(config, network), examples, started
-    if config.multivector:
-        network, started = build_multivector_model(config.model, config.max_length, config.projection_dim, config.seed)
-        return network, multivector_loss(config, network), examples, started
+    if config.family is not None:
+        network, loss, started = RECIPES[config.family].model_and_loss(config)
+        return network, loss, examples, started
     if config.cross_encoder:
         network, started = load_cross_encoder(config.model, config.max_length)
         negatives = len(negative_columns(examples))
@@ -175,14 +163,8 @@ def _model_and_loss(config: TrainConfig, examples: datasets.Dataset, world_size:
 
 
 def trainer_class(config: TrainConfig) -> Any:
-    if config.sparse:
-        from sentence_transformers.sparse_encoder import SparseEncoderTrainer
-
-        return SparseEncoderTrainer
-    if config.multivector:
-        from sentence_transformers.multi_vector_encoder import MultiVectorEncoderTrainer
-
-        return MultiVectorEncoderTrainer
+    if config.family is not None:
+        return RECIPES[config.family].trainer()
     return CrossEncoderTrainer if config.cross_encoder else SentenceTransformerTrainer
 
 
@@ -249,7 +231,7 @@ def _train_run(config: TrainConfig, run: TrainingRun, args: Any) -> Path:
     }
     if config.eval_dataset and not config.cross_encoder:
         options = EvaluateOptions(data_dir=config.data_dir)
-        retriever = "splade" if config.sparse else "colbert" if config.multivector else "dense"
+        retriever = "dense" if config.family is None else RECIPES[config.family].retriever
         report = evaluate(load_model(staging), config.eval_dataset, config.eval_split, retriever, options=options)
         record["evaluation"] = {
             "dataset": config.eval_dataset,

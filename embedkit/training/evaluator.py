@@ -22,10 +22,11 @@ from embedkit.errors import EmbedkitError
 from embedkit.evaluation.metrics import compute_metrics
 from embedkit.models.device import autocast, effective_dtype
 from embedkit.models.pooling import SENTENCE_POOLINGS, sentence_vector
-from embedkit.multivector import TokenRows, maxsim
+from embedkit.multivector import TokenRows
 from embedkit.protocols import Run
 from embedkit.reranking.reranker import CrossEncoderReranker
 from embedkit.reranking.settings import RerankSettings
+from embedkit.rows import format_of
 from embedkit.search.bm25 import bm25_searcher
 from embedkit.sparse import SparseRows
 
@@ -62,14 +63,9 @@ class RetrievalEvaluator(BaseEvaluator):
         return cls(load_dataset(dataset, data_dir=data_dir), split, **options)
 
     def run(self, encode_queries: Any, encode_documents: Any) -> Run:
-        """Exact inner-product top-k of every dev query with the given encoders (texts -> float32 rows)."""
+        """Exact top-k of every dev query with the given encoders (texts -> any family's rows)."""
         queries, documents = encode_queries(list(self.queries.values())), encode_documents(self.doc_texts)
-        if isinstance(queries, SparseRows):  # a sparse model's vectors: a sparse product, never a dense vocabulary
-            scores = (queries.to_scipy() @ documents.to_scipy().T).toarray().astype(np.float32)
-        elif isinstance(queries, TokenRows):  # a late-interaction model's token vectors: exact MaxSim
-            scores = maxsim(queries, documents)
-        else:
-            scores = np.asarray(queries, dtype=np.float32) @ np.asarray(documents, dtype=np.float32).T
+        scores = format_of(queries).score(queries, documents)  # the family's exact similarity (embedkit.rows)
         depth = min(self.k, len(self.doc_ids))
         top = np.argsort(-scores, axis=1, kind="stable")[:, :depth]
         return {
