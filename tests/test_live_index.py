@@ -189,3 +189,26 @@ def test_an_on_disk_ivf_takes_the_same_changes_as_one_in_memory(vectors, tmp_pat
 def test_a_huge_or_deep_filter_is_one_line(text):
     with pytest.raises(EmbedkitError, match="--filter"):
         compile_filter(text, FIELDS)
+
+
+def test_a_filter_matching_nothing_an_emptied_index_and_a_huge_value(tmp_path):
+    """No hits, not an error, when no document matches or none is left; an integer SQLite cannot store is one line."""
+    import numpy as np
+
+    from embedkit.errors import EmbedkitError
+    from embedkit.index import Index
+    from embedkit.index.registry import open_live
+
+    vectors = np.random.default_rng(0).normal(size=(20, 8)).astype(np.float32)
+    Index.build(vectors, [f"d{i}" for i in range(20)]).save(tmp_path / "idx")
+    live = open_live(tmp_path / "idx", fields={"year": "int"})
+    live.add(["n"], vectors[:1], metadata=[{"year": 2000}])
+    assert live.search(vectors[:2], 5, filter="year > 3000").ids == [[], []]
+    for bad in ("year > 1e300", "year < -99999999999999999999"):
+        with pytest.raises(EmbedkitError, match="outside the 64-bit integers") as refused:
+            live.search(vectors[:2], 5, filter=bad)
+        assert "\n" not in str(refused.value)
+    with pytest.raises(EmbedkitError, match="outside the 64-bit integers"):
+        live.add(["m"], vectors[:1], metadata=[{"year": 10**30}])
+    live.delete([f"d{i}" for i in range(20)] + ["n"])
+    assert live.search(vectors[:2], 5).ids == [[], []]

@@ -53,6 +53,9 @@ def check_value(value: Any, kind: str, where: str, field: str | None = None) -> 
     }[kind]
     if not ok:
         raise EmbedkitError(f"{where}: {value!r} is not {'an' if kind == 'int' else 'a'} {kind}", field=field)
+    if kind == "int" and not -(2**63) <= value < 2**63:
+        message = f"{where}: {float(value):.6g} is outside the 64-bit integers an int field stores"
+        raise EmbedkitError(message, field=field)
     return float(value) if kind == "real" else value
 
 

@@ -234,6 +234,8 @@ class LiveIndex(Index):
         with self._lock, self._temporary({"nprobe": nprobe, "efSearch": ef_search}):
             allowed = None if filter is None else self.store.matching_keys(filter)
             k = min(k, len(self) if allowed is None else len(allowed))
+            if k == 0:  # nothing matches, or every document is deleted: no hits, not an error
+                return np.empty((len(queries), 0), np.float32), np.empty((len(queries), 0), np.int64)
             if allowed is None and not self.dead:
                 selector = None
             elif allowed is None:
