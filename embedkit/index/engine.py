@@ -3,12 +3,15 @@ their sha256 (verified before a byte is read), and one refusal for a filter an e
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from embedkit.errors import EmbedkitError
 from embedkit.index.registry import read_meta, record_files, verify_files
-from embedkit.storage import write_json
+from embedkit.outputs import replace_folder
+from embedkit.storage import read_lines, write_json
 
 
 def write_meta(staging: Path, meta: dict[str, Any]) -> None:
@@ -43,3 +46,57 @@ def check_family(embeddings: Any, family: str) -> None:
     if held != family:
         raise EmbedkitError(f"holds {held} rows; a {family} index needs a {family} model's embeddings",
                             path=embeddings.path, field="--embeddings")  # fmt: skip
+
+
+class LibraryFolder:
+    """What an engine whose folder another library writes once and never changes (Lucene, Seismic) shares: opened
+    by its constructor, saved by copying the folder, its ids in a ``docid`` file, its rows not kept (a living index
+    takes them from the embeddings folder); ``from_rows`` builds into a scratch folder removed with the object."""
+
+    folder: Path
+    meta: dict[str, Any]
+    output_kind: ClassVar[str] = "sparse-index"
+
+    @classmethod
+    def open(cls, folder: str | Path) -> Any:
+        return cls(folder)
+
+    def __len__(self) -> int:
+        return int(self.meta["documents"])
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        """The settings of the model whose rows the index holds."""
+        return self.meta["settings"]
+
+    @property
+    def model_settings(self) -> dict[str, Any]:
+        return self.meta["settings"]
+
+    @property
+    def doc_ids(self) -> list[str] | None:
+        """Each row's id (None for a folder written before they were recorded)."""
+        path = self.folder / "docid"
+        return read_lines(path) if path.is_file() else None
+
+    ids = doc_ids
+
+    def stored_rows(self) -> None:
+        return None
+
+    def save(self, path: str | Path, overwrite: bool = False) -> Path:
+        with replace_folder(path, self.output_kind, overwrite) as staging:
+            self.write_files(staging)
+        return Path(path)
+
+    def write_files(self, staging: Path) -> None:
+        shutil.copytree(self.folder, staging, dirs_exist_ok=True)
+
+    @classmethod
+    def in_scratch(cls, build: Any, *args: Any) -> Any:
+        """``build(folder)`` into a scratch folder, opened with ``args``; the folder goes with the object."""
+        scratch = tempfile.TemporaryDirectory(prefix=f"embedkit-{cls.__name__.lower()}-")
+        build(Path(scratch.name) / "index")
+        built = cls(Path(scratch.name) / "index", *args)
+        built.scratch = scratch
+        return built

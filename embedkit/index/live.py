@@ -22,42 +22,29 @@ from embedkit.errors import EmbedkitError
 from embedkit.index.faiss_helpers import as_matrix, check_model_settings, check_whole
 from embedkit.index.faiss_index import Index
 from embedkit.index.index_files import read_index_folder
+from embedkit.index.live_changes import LiveChanges
 from embedkit.index.live_folder import check_folder, compact_folder, make_store
 from embedkit.index.live_ondisk import delta_index, search_both
 from embedkit.index.search_params import current_search_param, unwrap
 from embedkit.index.store import STORE, Store, model_digest, text_sha256
-from embedkit.outputs import output_lock, recover
+from embedkit.outputs import output_lock
 from embedkit.protocols import Capabilities, Hits
 from embedkit.validation import check_ids
 
 
-class LiveIndex(Index):
+class LiveIndex(LiveChanges, Index):
     """An ``Index`` whose folder has a store: ``add``, ``delete``, ``upsert``, ``compact``, ``check`` and
     ``search(..., filter=...)``. FAISS ids are the store's keys; ``ids[key]`` is ``None`` once deleted."""
 
     path: Path
     store: Store
     FULL_SCAN_BYTES = 10_000 * 1024  # matching vectors up to this size are searched exactly (Qdrant's default)
+    make_store = staticmethod(make_store)
 
     @property
     def flat(self) -> bool:
         """Whether FAISS's own search is exact (a ``Flat`` index): then it searches every filter itself."""
         return isinstance(unwrap(self.faiss_index), faiss.IndexFlat)
-
-    @classmethod
-    def open(cls, path: str | Path, *, fields: dict[str, str] | None = None, vectors: Any = None) -> LiveIndex:
-        """Open an index folder for updates, making its store on first use (declaring the filterable ``fields``
-        and copying the snapshot's float vectors: ``vectors``, meta.json's embeddings folder, or FAISS's own)."""
-        path = Path(path).absolute()
-        if not (path / STORE).is_file():
-            with output_lock(path):
-                recover(path)
-                if not (path / STORE).is_file():
-                    make_store(path, fields or {}, vectors)
-        live = cls.load_live(path)
-        if fields is not None and fields != live.store.fields:
-            raise EmbedkitError("the store was made with other filterable fields", path=path / STORE, field="fields")
-        return live
 
     @classmethod
     def load_live(cls, path: str | Path) -> LiveIndex:
@@ -92,35 +79,7 @@ class LiveIndex(Index):
     def capabilities(self) -> Capabilities:
         return replace(super().capabilities, updatable=True, filterable=True)
 
-    def save(self, path: str | Path, overwrite: bool = False) -> Path:
-        """The live documents, their metadata and the index's settings as a new, compacted living-index folder at
-        ``path`` (this folder is left as it is; an existing index folder there is replaced only with ``overwrite``)."""
-        path = Path(path).absolute()
-        if path == self.path:
-            self.compact()
-            return path
-        with output_lock(self.path), self._lock:  # no change commits while the copy reads the store
-            self.refresh()
-            compact_folder(self, path, overwrite)
-        return path
-
     # --- reading changes -------------------------------------------------------------------------------------------
-
-    def refresh(self) -> None:
-        """Apply what other writers committed since this object last looked (a compaction: reopen)."""
-        with self._lock:
-            try:
-                swapped = (self.path / STORE).stat().st_ino != self.store.inode
-            except FileNotFoundError:
-                return  # mid-swap on a system without an atomic exchange: the next look finds it
-            if swapped:
-                fresh = LiveIndex.load_live(self.path)
-                self.store.close()
-                lock = self._lock
-                self.__dict__.update(fresh.__dict__)
-                self._lock = lock
-            elif self.store.version() != self.version:
-                self._replay(self.next_key)
 
     def _replay(self, first_key: int) -> None:
         """Add the store's rows from ``first_key`` and apply deletes newer than ``self.version``, all read in one
@@ -155,34 +114,6 @@ class LiveIndex(Index):
         self.version = version
 
     # --- writing ---------------------------------------------------------------------------------------------------
-
-    def add(self, ids: Any, vectors: Any = None, *, texts: Any = None, metadata: Any = None, model: Any = None,
-            model_settings: dict[str, Any] | None = None) -> int:  # fmt: skip
-        """Add new documents (an id already in the index is refused: use ``upsert``); returns the version.
-
-        Give their ``vectors``, or ``texts`` and the ``model`` that encoded the index (its settings are checked
-        against meta.json's); ``metadata`` is one JSON object (or ``None``) per document.
-        """
-        return self._write(ids, vectors, texts, metadata, model, model_settings, replace=False)
-
-    def upsert(self, ids: Any, vectors: Any = None, *, texts: Any = None, metadata: Any = None, model: Any = None,
-               model_settings: dict[str, Any] | None = None) -> int:  # fmt: skip
-        """``add``, replacing documents whose ids are already in the index (in one transaction)."""
-        return self._write(ids, vectors, texts, metadata, model, model_settings, replace=True)
-
-    def delete(self, ids: Any) -> int:
-        """Delete documents by id (an id not in the index is refused); returns the version."""
-        ids = check_ids(ids, "ids")
-        with output_lock(self.path), self._lock:  # searches wait for the transaction, not for anything before it
-            self.refresh()
-            with self.store.transaction() as version:
-                found = self.store.live_keys_of(ids)
-                missing = [doc_id for doc_id in ids if doc_id not in found]
-                if missing:
-                    raise EmbedkitError(f"document '{missing[0]}' is not in the index", path=self.path, field="ids")
-                self.store.delete(list(found.values()), version)
-            self.refresh()
-        return version
 
     def _write(self, ids, vectors, texts, metadata, model, model_settings, *, replace: bool) -> int:
         ids = check_ids(ids, "ids")
@@ -269,21 +200,10 @@ class LiveIndex(Index):
             return faiss.SearchParametersHNSW(sel=selector, efSearch=current_search_param(self.faiss_index, "efSearch"))
         return faiss.SearchParameters(sel=selector)
 
-    def document(self, doc_id: str) -> dict[str, Any] | None:
-        """The stored record of a live document (key, text hash, model, time added, metadata), else ``None``."""
-        self.refresh()
-        with self._lock:
-            return self.store.document(doc_id)
-
     # --- compaction and checks -------------------------------------------------------------------------------------
 
-    def compact(self) -> dict[str, Any]:
-        """Rebuild the live documents into a new snapshot and store, swapped in whole; returns meta's record."""
-        with output_lock(self.path):
-            self.refresh()
-            record = compact_folder(self)
-            self.refresh()
-        return record
+    def _write_compacted(self, target: Path, overwrite: bool) -> dict[str, Any]:
+        return compact_folder(self, target, overwrite)
 
     def check(self) -> dict[str, Any]:
         """Whether the store, the snapshot and the vectors agree (``embedkit index check``)."""

@@ -20,16 +20,17 @@ import numpy as np
 from embedkit.data.trec import top_hits
 from embedkit.encode.folder import EmbeddingsFolder
 from embedkit.errors import EmbedkitError
+from embedkit.index.live_changes import LiveChanges
 from embedkit.index.registry import engine_class, engine_of
 from embedkit.index.store import STORE, Store, model_digest
 from embedkit.models.encoder import check_model_settings
-from embedkit.outputs import output_lock, recover, replace_folder
+from embedkit.outputs import output_lock, replace_folder
 from embedkit.protocols import Capabilities, Hits
 from embedkit.rows import RowFormat, row_format
 from embedkit.validation import check_ids, check_whole
 
 
-class RowsLiveIndex:
+class RowsLiveIndex(LiveChanges):
     """An index folder of sparse or token rows that takes ``add``, ``delete``, ``upsert``, ``compact``, ``check``
     and ``search(..., filter=...)``; keys are the store's, ``ids[key]`` is ``None`` once deleted."""
 
@@ -76,21 +77,6 @@ class RowsLiveIndex:
     # --- opening ---------------------------------------------------------------------------------------------------
 
     @classmethod
-    def open(cls, path: str | Path, *, fields: dict[str, str] | None = None, vectors: Any = None) -> RowsLiveIndex:
-        """Open an index folder for updates, making its store on first use (the filterable ``fields``, and every
-        document's row: the engine's own, or ``vectors``, the embeddings folder it was built from)."""
-        path = Path(path).absolute()
-        if not (path / STORE).is_file():
-            with output_lock(path):
-                recover(path)
-                if not (path / STORE).is_file():
-                    make_rows_store(path, fields or {}, vectors)
-        live = cls.load_live(path)
-        if fields is not None and fields != live.store.fields:
-            raise EmbedkitError("the store was made with other filterable fields", path=path / STORE, field="fields")
-        return live
-
-    @classmethod
     def load_live(cls, path: str | Path) -> RowsLiveIndex:
         path = Path(path).absolute()
         for _ in range(3):  # a compaction may swap the folder between reading the snapshot and the store
@@ -103,23 +89,11 @@ class RowsLiveIndex:
 
     # --- reading changes -------------------------------------------------------------------------------------------
 
-    def refresh(self) -> None:
-        """Apply what other writers committed since this object last looked (a compaction: reopen)."""
-        with self._lock:
-            try:
-                swapped = (self.path / STORE).stat().st_ino != self.store.inode
-            except FileNotFoundError:
-                return
-            if swapped:
-                fresh = RowsLiveIndex.load_live(self.path)
-                self.store.close()
-                lock = self._lock
-                self.__dict__.update(fresh.__dict__)
-                self._lock = lock
-            elif self.store.version() != self.version:
-                self._replay()
+    @property
+    def next_key(self) -> int:
+        return len(self.ids)
 
-    def _replay(self) -> None:
+    def _replay(self, first_key: int = 0) -> None:
         """Rebuild the in-memory view of the changes after the snapshot from one consistent read of the store."""
         with self.store.reading():
             version = self.store.version()
@@ -137,30 +111,6 @@ class RowsLiveIndex:
         self.version = version
 
     # --- writing ---------------------------------------------------------------------------------------------------
-
-    def add(self, ids: Any, vectors: Any = None, *, texts: Any = None, metadata: Any = None, model: Any = None,
-            model_settings: dict[str, Any] | None = None) -> int:  # fmt: skip
-        """Add new documents (an id already in the index is refused: use ``upsert``); returns the version."""
-        return self._write(ids, vectors, texts, metadata, model, model_settings, replace=False)
-
-    def upsert(self, ids: Any, vectors: Any = None, *, texts: Any = None, metadata: Any = None, model: Any = None,
-               model_settings: dict[str, Any] | None = None) -> int:  # fmt: skip
-        """``add``, replacing documents whose ids are already in the index (in one transaction)."""
-        return self._write(ids, vectors, texts, metadata, model, model_settings, replace=True)
-
-    def delete(self, ids: Any) -> int:
-        """Delete documents by id (an id not in the index is refused); returns the version."""
-        ids = check_ids(ids, "ids")
-        with output_lock(self.path), self._lock:
-            self.refresh()
-            with self.store.transaction() as version:
-                found = self.store.live_keys_of(ids)
-                missing = [doc_id for doc_id in ids if doc_id not in found]
-                if missing:
-                    raise EmbedkitError(f"document '{missing[0]}' is not in the index", path=self.path, field="ids")
-                self.store.delete(list(found.values()), version)
-            self.refresh()
-        return version
 
     def _write(self, ids, rows, texts, metadata, model, model_settings, *, replace: bool) -> int:
         from embedkit.index.live import documents_to_write
@@ -220,35 +170,11 @@ class RowsLiveIndex:
         positive = self.row_format.positive_only
         return Hits.from_ranked([top_hits(row, doc_ids, k, positive_only=positive) for row in scores], k)
 
-    def document(self, doc_id: str) -> dict[str, Any] | None:
-        self.refresh()
-        with self._lock:
-            return self.store.document(doc_id)
-
     # --- compaction and checks -------------------------------------------------------------------------------------
 
     def live_rows(self) -> tuple[list[str], Any]:
         keys, ids, _ = self.store.live()
         return ids, self.row_format.from_blobs(self.store.blobs_of(keys), self.store.dim, self.model_settings)
-
-    def compact(self) -> dict[str, Any]:
-        """Rebuild the live documents into a new snapshot and store, swapped in whole."""
-        with output_lock(self.path), self._lock:
-            self.refresh()
-            record = self._write_compacted(self.path, overwrite=True)
-            self.refresh()
-        return record
-
-    def save(self, path: str | Path, overwrite: bool = False) -> Path:
-        """The live documents as a new, compacted living-index folder at ``path`` (this one is left as it is)."""
-        path = Path(path).absolute()
-        if path == self.path:
-            self.compact()
-            return path
-        with output_lock(self.path), self._lock:
-            self.refresh()
-            self._write_compacted(path, overwrite)
-        return path
 
     def _write_compacted(self, target: Path, overwrite: bool) -> dict[str, Any]:
         ids, rows = self.live_rows()
@@ -305,3 +231,6 @@ def make_rows_store(path: Path, fields: dict[str, str], vectors: Any) -> None:
                             path=path)  # fmt: skip
     Store.create(path / STORE, fields=fields, dim=fmt.shape(rows)[1], snapshot_ids=list(ids),
                  vectors=fmt.to_blobs(rows), model=base.model_settings)  # fmt: skip
+
+
+RowsLiveIndex.make_store = staticmethod(make_rows_store)

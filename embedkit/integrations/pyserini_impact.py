@@ -15,17 +15,16 @@ from __future__ import annotations
 import json
 import secrets
 import shutil
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
 from embedkit.data.trec import ranked
 from embedkit.errors import EmbedkitError
-from embedkit.index.engine import open_meta, refuse_filter, write_meta
+from embedkit.index.engine import LibraryFolder, open_meta, refuse_filter, write_meta
 from embedkit.index.registry import SPARSE_FORMAT
 from embedkit.integrations.pyserini import is_lucene_index, start_jvm, versions
-from embedkit.outputs import check_output_folder, commit_folder, output_lock, recover, replace_folder
+from embedkit.outputs import check_output_folder, commit_folder, output_lock, recover
 from embedkit.protocols import Capabilities, Hits
 from embedkit.sparse import SparseRows
 from embedkit.storage import NEW_MARK, read_lines, write_lines
@@ -99,7 +98,7 @@ def build_impact_index(
     return folder
 
 
-class LuceneImpact:
+class LuceneImpact(LibraryFolder):
     """Searches an impact index with sparse query vectors (quantised as its documents were)."""
 
     engine: ClassVar[str] = ENGINE
@@ -120,56 +119,17 @@ class LuceneImpact:
 
         self.searcher = autoclass("io.anserini.search.SimpleImpactSearcher")(str(self.folder))
 
-    @classmethod
-    def open(cls, folder: str | Path) -> LuceneImpact:
-        return cls(folder)
-
-    @property
-    def doc_ids(self) -> list[str] | None:
-        """Each row's id (None for a folder written before they were recorded)."""
-        path = self.folder / "docid"
-        return read_lines(path) if path.is_file() else None
-
-    ids = doc_ids
-
-    def __len__(self) -> int:
-        return int(self.meta["documents"])
-
-    @property
-    def settings(self) -> dict[str, Any]:
-        """The settings of the model whose vectors the index holds (as ``SparseExactIndex.settings``)."""
-        return self.meta["settings"]
-
-    model_settings = settings
-
     def bind_model(self, model: Any) -> None:
         """Name query terms with the model's vocabulary where the folder does not record its terms."""
         if self.term_names is None:
             self.term_names = model.token_names
 
-    def save(self, path: str | Path, overwrite: bool = False) -> Path:
-        """A copy of the folder at ``path`` (Lucene's files are written once and never change)."""
-        with replace_folder(path, IMPACT_KIND, overwrite) as staging:
-            self.write_files(staging)
-        return Path(path)
-
-    def write_files(self, staging: Path) -> None:
-        shutil.copytree(self.folder, staging, dirs_exist_ok=True)
-
     @classmethod
     def from_rows(cls, rows: SparseRows, ids: list[str], settings: dict[str, Any], like: Any = None):
-        """A new index of these rows, built in a scratch folder (removed with the object); ``like`` gives the
-        quantisation and the terms."""
-        scratch = tempfile.TemporaryDirectory(prefix="embedkit-impact-")
-        build_impact_index(Path(scratch.name) / "index", ids, rows, like.term_names, settings,
-                           quantization=like.meta["quantization"])  # fmt: skip
-        built = cls(Path(scratch.name) / "index")
-        built.scratch = scratch
-        return built
-
-    def stored_rows(self) -> None:
-        """None: Lucene keeps quantised impacts, not the vectors (a living index needs the embeddings folder)."""
-        return None
+        """A new index of these rows (a compaction's); ``like`` gives the quantisation and the terms."""
+        quantization = like.meta["quantization"]
+        return cls.in_scratch(lambda folder: build_impact_index(folder, ids, rows, like.term_names, settings,
+                                                                quantization=quantization))  # fmt: skip
 
     def search(self, rows: SparseRows, k: int, *, filter: str | None = None) -> Hits:
         from jnius import autoclass

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import secrets
 import shutil
-import tempfile
 from collections.abc import Sequence
 from importlib.metadata import version
 from pathlib import Path
@@ -23,12 +22,12 @@ import numpy as np
 
 from embedkit.data.trec import ranked
 from embedkit.errors import EmbedkitError
-from embedkit.index.engine import open_meta, refuse_filter, write_meta
+from embedkit.index.engine import LibraryFolder, open_meta, refuse_filter, write_meta
 from embedkit.index.registry import SPARSE_FORMAT
-from embedkit.outputs import check_output_folder, commit_folder, output_lock, recover, replace_folder
+from embedkit.outputs import check_output_folder, commit_folder, output_lock, recover
 from embedkit.protocols import Capabilities, Hits
 from embedkit.sparse import SparseRows
-from embedkit.storage import NEW_MARK, read_lines, write_lines
+from embedkit.storage import NEW_MARK, write_lines
 from embedkit.validation import check_whole
 
 KIND = "sparse-index"
@@ -90,7 +89,7 @@ def build_seismic_index(
     return folder
 
 
-class SeismicSparse:
+class SeismicSparse(LibraryFolder):
     """Searches a Seismic index with sparse query vectors."""
 
     engine: ClassVar[str] = ENGINE
@@ -107,50 +106,11 @@ class SeismicSparse:
         self.index = _seismic().SeismicIndex.load(str(path))
 
     @classmethod
-    def open(cls, folder: str | Path) -> SeismicSparse:
-        return cls(folder)
-
-    @property
-    def doc_ids(self) -> list[str] | None:
-        """Each row's id (None for a folder written before they were recorded)."""
-        path = self.folder / "docid"
-        return read_lines(path) if path.is_file() else None
-
-    ids = doc_ids
-
-    def __len__(self) -> int:
-        return int(self.meta["documents"])
-
-    @property
-    def settings(self) -> dict[str, Any]:
-        """The settings of the model whose vectors the index holds (as ``SparseExactIndex.settings``)."""
-        return self.meta["settings"]
-
-    model_settings = settings
-
-    def save(self, path: str | Path, overwrite: bool = False) -> Path:
-        """A copy of the folder at ``path`` (Seismic's file is written once and never changes)."""
-        with replace_folder(path, KIND, overwrite) as staging:
-            self.write_files(staging)
-        return Path(path)
-
-    def write_files(self, staging: Path) -> None:
-        shutil.copytree(self.folder, staging, dirs_exist_ok=True)
-
-    @classmethod
     def from_rows(cls, rows: SparseRows, ids: list[str], settings: dict[str, Any], like: Any = None):
-        """A new index of these rows, built in a scratch folder (removed with the object); ``like`` gives the
-        search parameters."""
-        scratch = tempfile.TemporaryDirectory(prefix="embedkit-seismic-")
-        build_seismic_index(Path(scratch.name) / "index", ids, rows, settings)
+        """A new index of these rows (a compaction's); ``like`` gives the search parameters."""
         params = like.search_params if like is not None else {}
-        built = cls(Path(scratch.name) / "index", params.get("query_cut"), params.get("heap_factor"))
-        built.scratch = scratch
-        return built
-
-    def stored_rows(self) -> None:
-        """None: Seismic keeps pruned postings, not the vectors (a living index needs the embeddings folder)."""
-        return None
+        build = lambda folder: build_seismic_index(folder, ids, rows, settings)  # noqa: E731
+        return cls.in_scratch(build, params.get("query_cut"), params.get("heap_factor"))
 
     def search(self, rows: SparseRows, k: int, *, filter: str | None = None) -> Hits:
         """Each query's top ``k``."""
