@@ -166,7 +166,7 @@ def test_an_error_raised_while_ctrl_c_unwinds_is_still_the_interrupt(tmp_path, m
     another exception with the ``KeyboardInterrupt`` as its context: still one line and exit 130, no traceback."""
     from conftest import embedkit_here
 
-    import embedkit.index.partitioned
+    import embedkit.index.registry
 
     def interrupted_load(*args, **kwargs):
         try:
@@ -174,7 +174,7 @@ def test_an_error_raised_while_ctrl_c_unwinds_is_still_the_interrupt(tmp_path, m
         except KeyboardInterrupt:
             raise RuntimeError("trying to pop from empty mode stack") from None
 
-    monkeypatch.setattr(embedkit.index.partitioned, "load_index", interrupted_load)
+    monkeypatch.setattr(embedkit.index.registry, "open_index", interrupted_load)
     (tmp_path / "q.jsonl").write_text('{"_id": "q", "text": "x"}\n')
     (tmp_path / "idx").mkdir()
     result = embedkit_here("search", "-i", tmp_path / "idx", "--queries", tmp_path / "q.jsonl", "-o", tmp_path / "r")
