@@ -27,13 +27,13 @@ def test_chunked_search_equals_brute_force_over_chunks_then_maxp(family, splade_
     model = load_model(folder, chunking=Chunking("sentence", size=48, overlap=8), **options)
     assert model.settings["chunking"]["method"] == "sentence"
     data = load_dataset(scifact_subset)
-    corpus = data.corpus.select(range(40))
-    embeddings = encode_to_folder(model, corpus, tmp_path / "emb", shard_size=16)
-    assert embeddings.manifest["documents"] == 40 and embeddings.manifest["count"] > 40  # more chunks than documents
+    corpus = data.corpus.select(range(16))
+    embeddings = encode_to_folder(model, corpus, tmp_path / "emb", shard_size=8)
+    assert embeddings.manifest["documents"] == 16 and embeddings.manifest["count"] > 16  # more chunks than documents
     chunk_ids = embeddings.ids()
     assert {split_chunk_id(row)[0] for row in chunk_ids} == set(corpus["_id"])
     index = open_index(build.build(embeddings).save(tmp_path / "idx"))
-    queries = dict(list(data.split_queries("test").items())[:8])
+    queries = dict(list(data.split_queries("test").items())[:5])
     run, rows = search_queries(model, index, queries, 10)
     scores = row_format(family).score(rows, embeddings.embeddings())
     for i, query_id in enumerate(queries):

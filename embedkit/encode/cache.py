@@ -1,8 +1,11 @@
 """The embeddings cache: one key for a corpus encoded by a model, shared by every stage that needs those vectors.
 
 The key is the model's settings (everything that changes a vector), the corpus content hash (ids and texts as
-encoded, not the file's name or folder) and the versions of the libraries that change vectors. Evaluation, mining
-and the MTEB harness all encode through here, so the same model and corpus are encoded once between them.
+encoded, not the file's name or folder), the versions of the libraries that change vectors, and ``ENCODE_CODE``, the
+version of embedkit's own code that makes vectors (its batching, pooling, chunking, backends): a change there gets a
+new number, so vectors cached before it are never reused (``tests/test_encode_code.py`` fails until it does).
+Evaluation, mining and the MTEB harness all encode through here, so the same model and corpus are encoded once
+between them.
 """
 
 from __future__ import annotations
@@ -19,12 +22,14 @@ from embedkit.environment import vector_library_versions
 from embedkit.models.embedding_model import EmbeddingModel
 from embedkit.storage import sha256_json
 
+ENCODE_CODE = 2  # embedkit/models/*.py as the vectors come out of them; 1 was the code up to c8ae77e (not in keys)
+
 
 def embeddings_key(model_settings: dict[str, Any], corpus_sha256: str) -> str:
     """The cache key of a corpus encoded with a model (16 hex digits)."""
-    return sha256_json(
-        {"settings": model_settings, "corpus_sha256": corpus_sha256, "libraries": vector_library_versions()}
-    )[:16]
+    libraries = vector_library_versions()
+    return sha256_json({"settings": model_settings, "corpus_sha256": corpus_sha256, "libraries": libraries,
+                        "encode_code": ENCODE_CODE})[:16]  # fmt: skip
 
 
 def default_cache_root() -> Path:
