@@ -267,19 +267,27 @@ def test_chunked_encodes_split_across_workers_merge_into_the_single_process_fold
     )
 
 
-def test_chunk_rows_are_refused_where_whole_documents_are_needed(tiny, tmp_path):
-    """An index that takes updates keys documents, and the Ray executor encodes documents whole: both refuse chunks
-    with one line rather than mixing chunk rows with documents."""
+def test_a_living_index_of_chunk_rows_changes_by_document_and_ray_refuses_chunks(tiny, tmp_path):
+    """An index of chunk rows takes changes by document: an added text becomes its chunk rows, a delete takes all of
+    them, and a search answers documents. The Ray executor encodes documents whole and refuses chunks."""
     from embedkit.encode.ray_executor import RayExecutor, RaySettings
     from embedkit.encode.writer import encode_to_folder
     from embedkit.index import LiveIndex
+    from embedkit.search.queries import search_documents
 
     tiny.chunking = Chunking("window", size=24)
     corpus = [{"_id": f"d{i}", "text": TEXT[: 60 + 20 * i]} for i in range(4)]
     folder = encode_to_folder(tiny, corpus, tmp_path / "emb")
     Index.from_vectors(folder, BuildSettings()).save(tmp_path / "idx")
-    with pytest.raises(EmbedkitError, match="holds chunk rows"):
-        LiveIndex.open(tmp_path / "idx")
+    live = LiveIndex.open(tmp_path / "idx")
+    before = len(live)
+    live.add(["new"], texts=[TEXT[:140]], model=tiny)
+    added = len(tiny.encode_chunks([TEXT[:140]]).vectors)
+    assert len(live) == before + added and added > 1
+    live.delete(["d3"])
+    assert not any(doc_id and doc_id.startswith("d3#") for doc_id in live.ids)
+    hits = search_documents(live, tiny.encode_queries([TEXT[:40]]), 10)
+    assert "d3" not in hits.ids[0] and len(set(hits.ids[0])) == len(hits.ids[0]) == 4  # documents, once each
     with pytest.raises(EmbedkitError, match="does not chunk documents") as caught:
         next(RayExecutor(RaySettings()).encode_shards(tiny, corpus, tmp_path / "ray", [0], 10, None))
     assert caught.value.field == "--chunking"

@@ -26,8 +26,7 @@ from embedkit.index.live_changes import LiveChanges
 from embedkit.index.live_folder import check_folder, compact_folder, make_store
 from embedkit.index.live_ondisk import delta_index, search_both
 from embedkit.index.search_params import current_search_param, unwrap
-from embedkit.index.store import STORE, Store, model_digest, text_sha256
-from embedkit.outputs import output_lock
+from embedkit.index.store import STORE, Store, model_digest
 from embedkit.protocols import Capabilities, Hits
 from embedkit.validation import check_ids
 
@@ -121,24 +120,14 @@ class LiveIndex(LiveChanges, Index):
             model_settings = model.settings
         if model_settings is not None and self.meta.get("model"):
             check_model_settings(self.meta["model"], model_settings)
-        vectors, hashes, metadata = documents_to_write(ids, vectors, texts, metadata, model)
+        row_ids, vectors, hashes, metadata = self.documents_to_write(ids, vectors, texts, metadata, model)
         vectors = as_matrix(vectors, "vectors")
-        if vectors.shape != (len(ids), self.dim):
-            raise EmbedkitError(f"{len(ids)} ids need {len(ids)} x {self.dim} vectors, not {vectors.shape}")
+        if vectors.shape != (len(row_ids), self.dim):
+            raise EmbedkitError(f"{len(row_ids)} ids need {len(row_ids)} x {self.dim} vectors, not {vectors.shape}")
         if not np.isfinite(vectors).all():
             raise EmbedkitError("a vector holds NaN or infinity", field="vectors")
-        with output_lock(self.path), self._lock:
-            self.refresh()
-            with self.store.transaction() as version:
-                found = self.store.live_keys_of(ids)
-                if found and not replace:
-                    first = next(doc_id for doc_id in ids if doc_id in found)
-                    raise EmbedkitError(f"document '{first}' is already in the index; use upsert", field="ids")
-                self.store.delete(list(found.values()), version)
-                digest = model_digest(model_settings or self.meta.get("model"))
-                self.store.insert(version, ids, vectors, metadata, hashes, digest)
-            self.refresh()
-        return version
+        digest = model_digest(model_settings or self.meta.get("model"))
+        return self._commit(ids, row_ids, vectors, metadata, hashes, digest, replace)
 
     # --- search ----------------------------------------------------------------------------------------------------
 
@@ -219,22 +208,3 @@ def _exact(queries: np.ndarray, vectors: np.ndarray, keys: np.ndarray, k: int, m
     scores, rows = flat.search(queries, k)
     return scores, np.where(rows >= 0, keys[np.maximum(rows, 0)], -1)
 
-
-def documents_to_write(ids: list[str], rows: Any, texts: Any, metadata: Any, model: Any) -> tuple[Any, list, list]:
-    """What an add or upsert writes, checked: the rows (given, or the texts encoded by ``model``), each text's
-    sha256 (None without texts) and each document's metadata (None without)."""
-    hashes: list[str | None] = [None] * len(ids)
-    if texts is not None:
-        if len(texts) != len(ids) or not all(isinstance(text, str) for text in texts):
-            raise EmbedkitError(f"{len(ids)} ids need as many texts (strings)", field="texts")
-        hashes = [text_sha256(text) for text in texts]
-        if rows is None:
-            if model is None:
-                raise EmbedkitError("texts without vectors need the model that encoded the index", field="model")
-            rows = model.encode_documents(list(texts))
-    if rows is None:
-        raise EmbedkitError("give the documents' vectors, or their texts and the model", field="vectors")
-    metadata = [None] * len(ids) if metadata is None else list(metadata)
-    if len(metadata) != len(ids) or not all(meta is None or isinstance(meta, dict) for meta in metadata):
-        raise EmbedkitError(f"{len(ids)} ids need as many metadata objects (or None)", field="metadata")
-    return rows, hashes, metadata

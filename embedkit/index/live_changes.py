@@ -12,8 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar
 
+from embedkit.encode.shards import chunk_ids
 from embedkit.errors import EmbedkitError
-from embedkit.index.store import STORE
+from embedkit.index.store import STORE, text_sha256
 from embedkit.outputs import output_lock, recover
 from embedkit.validation import check_ids
 
@@ -67,18 +68,72 @@ class LiveChanges:
         return self._write(ids, vectors, texts, metadata, model, model_settings, replace=True)
 
     def delete(self, ids: Any) -> int:
-        """Delete documents by id (an id not in the index is refused); returns the version."""
+        """Delete documents by id (an id not in the index is refused; a document's chunk rows go with it); returns
+        the version."""
         ids = check_ids(ids, "ids")
         with output_lock(self.path), self._lock:  # searches wait for the transaction, not for anything before it
             self.refresh()
             with self.store.transaction() as version:
-                found = self.store.live_keys_of(ids)
+                found = self._live_keys(ids)
                 missing = [doc_id for doc_id in ids if doc_id not in found]
                 if missing:
                     raise EmbedkitError(f"document '{missing[0]}' is not in the index", path=self.path, field="ids")
-                self.store.delete(list(found.values()), version)
+                self.store.delete([key for keys in found.values() for key in keys], version)
             self.refresh()
         return version
+
+    @property
+    def chunked(self) -> bool:
+        """Whether the rows are chunks (``<document>#<n>``): changes then address documents, whose rows follow."""
+        return bool((self.model_settings or {}).get("chunking"))
+
+    def _live_keys(self, ids: list[str]) -> dict[str, list[int]]:
+        """Each live document's row keys: its one row, or all its chunk rows."""
+        if self.chunked:
+            return self.store.live_keys_of_documents(ids)
+        return {doc_id: [key] for doc_id, key in self.store.live_keys_of(ids).items()}
+
+    def _commit(self, ids, row_ids, rows, metadata, hashes, digest, replace: bool) -> int:
+        """One transaction: the documents' earlier rows deleted (``replace``) or refused, the new rows inserted."""
+        with output_lock(self.path), self._lock:
+            self.refresh()
+            with self.store.transaction() as version:
+                found = self._live_keys(ids)
+                if found and not replace:
+                    first = next(doc_id for doc_id in ids if doc_id in found)
+                    raise EmbedkitError(f"document '{first}' is already in the index; use upsert", field="ids")
+                self.store.delete([key for keys in found.values() for key in keys], version)
+                self.store.insert(version, row_ids, rows, metadata, hashes, digest)
+            self.refresh()
+        return version
+
+    def documents_to_write(self, ids: list[str], rows: Any, texts: Any, metadata: Any, model: Any) -> tuple:
+        """What an add or upsert writes, checked: ``(row ids, rows, each row's text sha256, its metadata)``. The
+        rows are given, or the texts encoded by ``model``; an index of chunk rows takes ``Chunks`` (rows and chunks
+        per document, as ``encode_chunks`` gives them), and each chunk row carries its document's metadata."""
+        hashes: list[str | None] = [None] * len(ids)
+        if texts is not None:
+            if len(texts) != len(ids) or not all(isinstance(text, str) for text in texts):
+                raise EmbedkitError(f"{len(ids)} ids need as many texts (strings)", field="texts")
+            hashes = [text_sha256(text) for text in texts]
+            if rows is None:
+                if model is None:
+                    raise EmbedkitError("texts without vectors need the model that encoded the index", field="model")
+                rows = model.encode_chunks(list(texts)) if self.chunked else model.encode_documents(list(texts))
+        if rows is None:
+            raise EmbedkitError("give the documents' vectors, or their texts and the model", field="vectors")
+        metadata = [None] * len(ids) if metadata is None else list(metadata)
+        if len(metadata) != len(ids) or not all(meta is None or isinstance(meta, dict) for meta in metadata):
+            raise EmbedkitError(f"{len(ids)} ids need as many metadata objects (or None)", field="metadata")
+        if not self.chunked:
+            return ids, rows, hashes, metadata
+        counts = getattr(rows, "counts", None)
+        if counts is None or len(counts) != len(ids):
+            raise EmbedkitError(f"an index of chunk rows takes {len(ids)} documents' chunks (Chunks: rows and chunks "
+                                "per document) or their texts and the model", field="vectors")  # fmt: skip
+        repeat = counts.tolist()
+        return (chunk_ids(ids, counts), rows.vectors, [h for h, n in zip(hashes, repeat) for _ in range(n)],
+                [m for m, n in zip(metadata, repeat) for _ in range(n)])  # fmt: skip
 
     def document(self, doc_id: str) -> dict[str, Any] | None:
         """The stored record of a live document (key, text hash, model, time added, metadata), else ``None``."""

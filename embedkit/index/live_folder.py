@@ -124,11 +124,6 @@ def make_store(path: Path, fields: dict[str, str], vectors: Any) -> None:
     snapshot = Index.load(path, use_gpu=False)
     if snapshot.binary:
         raise EmbedkitError("updates need a float index, not a binary one", path=path)
-    if (snapshot.meta.get("model") or {}).get("chunking"):
-        raise EmbedkitError(
-            "holds chunk rows (an encode with --chunking); updates and filters need an index of whole documents",
-            path=path,
-        )
     if vectors is not None or (snapshot.meta.get("vectors") or {}).get("path"):
         if vectors is not None:
             snapshot.attach_vectors(vectors)

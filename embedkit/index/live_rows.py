@@ -24,7 +24,7 @@ from embedkit.index.live_changes import LiveChanges
 from embedkit.index.registry import engine_class, engine_of
 from embedkit.index.store import STORE, Store, model_digest
 from embedkit.models.encoder import check_model_settings
-from embedkit.outputs import output_lock, replace_folder
+from embedkit.outputs import replace_folder
 from embedkit.protocols import Capabilities, Hits
 from embedkit.rows import RowFormat, row_format
 from embedkit.validation import check_ids, check_whole
@@ -113,28 +113,16 @@ class RowsLiveIndex(LiveChanges):
     # --- writing ---------------------------------------------------------------------------------------------------
 
     def _write(self, ids, rows, texts, metadata, model, model_settings, *, replace: bool) -> int:
-        from embedkit.index.live import documents_to_write
-
         ids = check_ids(ids, "ids")
         if model is not None:
             model.check(self)
             model_settings = model.settings
         elif model_settings is not None:
             check_model_settings(self.model_settings, model_settings, ("weights_sha256", "dim"))
-        rows, hashes, metadata = documents_to_write(ids, rows, texts, metadata, model)
-        rows = self.row_format.check(rows, len(ids), self.store.dim)
-        with output_lock(self.path), self._lock:
-            self.refresh()
-            with self.store.transaction() as version:
-                found = self.store.live_keys_of(ids)
-                if found and not replace:
-                    first = next(doc_id for doc_id in ids if doc_id in found)
-                    raise EmbedkitError(f"document '{first}' is already in the index; use upsert", field="ids")
-                self.store.delete(list(found.values()), version)
-                digest = model_digest(model_settings or self.model_settings)
-                self.store.insert(version, ids, self.row_format.to_blobs(rows), metadata, hashes, digest)
-            self.refresh()
-        return version
+        row_ids, rows, hashes, metadata = self.documents_to_write(ids, rows, texts, metadata, model)
+        rows = self.row_format.check(rows, len(row_ids), self.store.dim)
+        digest = model_digest(model_settings or self.model_settings)
+        return self._commit(ids, row_ids, self.row_format.to_blobs(rows), metadata, hashes, digest, replace)
 
     # --- search ----------------------------------------------------------------------------------------------------
 
@@ -213,8 +201,6 @@ def make_rows_store(path: Path, fields: dict[str, str], vectors: Any) -> None:
     """The first store of a snapshot: its ids and every document's row, from the engine or the embeddings folder."""
     base = engine_class(*engine_of(path), path).open(path)
     fmt = row_format(base.family)
-    if (base.model_settings or {}).get("chunking"):
-        raise EmbedkitError("holds chunk rows; updates and filters need an index of whole documents", path=path)
     rows, ids = base.stored_rows(), base.doc_ids
     if isinstance(vectors, (str, Path, EmbeddingsFolder)):
         folder = vectors if isinstance(vectors, EmbeddingsFolder) else EmbeddingsFolder.open(vectors)

@@ -178,6 +178,17 @@ class Store:
             found.update(self.connection.execute(query, part).fetchall())
         return found
 
+    def live_keys_of_documents(self, ids: Sequence[str]) -> dict[str, list[int]]:
+        """Each document's live chunk rows (ids ``<document>#<n>``), in key order; a document without one is absent."""
+        found: dict[str, list[int]] = {}
+        query = "SELECT key, id FROM documents WHERE deleted_version IS NULL AND id >= ? AND id < ? ORDER BY key"
+        for doc_id in ids:  # the range holds '<doc>#...' rows; a row of document '<doc>#x' is told apart by its id
+            rows = self.connection.execute(query, (f"{doc_id}#", f"{doc_id}$")).fetchall()
+            keys = [key for key, row_id in rows if row_id.rpartition("#")[0] == doc_id]
+            if keys:
+                found[doc_id] = keys
+        return found
+
     def matching_keys(self, expression: str, flag: str = "filter") -> np.ndarray:
         """The keys of live documents matching a filter expression, sorted."""
         sql, params = compile_filter(expression, self.fields, flag)

@@ -136,6 +136,8 @@ def search_chunked(
     from embedkit.rows import format_of
 
     aggregation = (aggregation or Aggregation()).check()
+    if index.capabilities.updatable or not hasattr(index, "search_rows"):
+        return _search_chunked_by_id(index, queries, k, aggregation, params)
     chunks = chunk_map(index)
     total = len(index)
     k = min(k, len(chunks.documents))
@@ -155,6 +157,44 @@ def search_chunked(
                 again.append(query)
         pending, depth = np.array(again, dtype=np.int64), min(total, depth * 2)
     return results
+
+
+def _search_chunked_by_id(index: Any, queries: Any, k: int, aggregation: Aggregation, params: dict) -> list:
+    """``search_chunked`` for an index whose rows change (a living one) or that numbers no rows: chunk hits are told
+    apart by their ids, and each query is searched twice as deep until ``k`` documents qualify or it is exhausted.
+    A hit's ``chunk`` is then -1 (no row number)."""
+    from embedkit.rows import format_of
+
+    total, depth = len(index), min(len(index), 2 * k)
+    results: list[list[DocumentHit]] = [[] for _ in range(len(queries))]
+    pending = list(range(len(queries)))
+    while pending and depth > 0:
+        hits = index.search(format_of(queries).take(queries, pending), depth, **params)
+        again = []
+        for position, query in enumerate(pending):
+            found = aggregate_ids(hits.ids[position], hits.scores[position], aggregation)
+            if len(found) >= k or depth >= total or len(hits.ids[position]) < depth:
+                results[query] = found[:k]
+            else:
+                again.append(query)
+        pending, depth = again, min(total, depth * 2)
+    return results
+
+
+def aggregate_ids(ids: list[str], scores: np.ndarray, aggregation: Aggregation) -> list[DocumentHit]:
+    """One query's chunk hits (best first), told apart by id, as document hits, best first."""
+    found: dict[str, DocumentHit] = {}
+    added: dict[str, int] = {}
+    for row_id, score in zip(ids, scores.tolist()):
+        document, number = split_chunk_id(row_id)
+        if aggregation.method == "firstp" and number != 0:
+            continue
+        if document not in found:
+            found[document], added[document] = DocumentHit(document, float(score), -1), 1
+        elif aggregation.method == "sump" and added[document] < aggregation.top:
+            found[document].score += float(score)
+            added[document] += 1
+    return sorted(found.values(), key=lambda hit: -hit.score)
 
 
 def _search_rows(index: Any, queries: np.ndarray, depth: int, params: dict[str, Any]) -> tuple[np.ndarray, Any]:
