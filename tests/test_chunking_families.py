@@ -46,6 +46,10 @@ def test_chunked_search_equals_brute_force_over_chunks_then_maxp(family, splade_
         got = list(run[query_id].items())
         assert [doc for doc, _ in got] == [doc for doc, _ in expected]
         assert np.allclose([s for _, s in got], [s for _, s in expected], rtol=1e-5)
+    from embedkit.serving.sparse_engine import SparseEngine
+
+    served = SparseEngine(model, index)._search(rows, 10)  # what serve's /search answers: documents, not chunks
+    assert [[doc for doc, _ in hits] for hits in served] == [list(run[query_id]) for query_id in queries]
 
 
 def test_late_chunking_is_a_dense_models_and_says_so(splade_folder):

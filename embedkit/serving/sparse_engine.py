@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from embedkit.search.queries import require_family
+from embedkit.search.queries import require_family, search_documents
 from embedkit.serving.engine import Engine
 from embedkit.validation import check_texts, check_whole
 
@@ -48,8 +48,9 @@ class SparseEngine(Engine):
         return results
 
     def _search(self, rows: Any, k: int) -> list[list[tuple[str, float]]]:
-        """Each row's top ``k`` (id, score), best first."""
-        hits = self.index.search(rows, k)
+        """Each row's top ``k`` documents (id, score), best first: an index of chunk rows answers documents, each by
+        its best chunk (MaxP), as ``embedkit search`` does."""
+        hits = search_documents(self.index, rows, k)
         return [hits.ranked(i) for i in range(len(rows))]
 
     def token_count(self, texts: list[str]) -> int:
