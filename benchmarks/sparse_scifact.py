@@ -79,10 +79,11 @@ def score(model, sparse_model, spec, folder: Path, cache: Path, reports: Path, n
     return row | {"transfer": {**scores, "mean": float(np.mean(list(scores.values())))}}
 
 
-def run_arm(name: str, output: Path, finetune: Path, cache: Path) -> dict:
+def arm_config(name: str, output: Path, finetune: Path) -> TrainConfig:
+    """The arm's training settings (shared with ``reproduce_scifact.py``)."""
     settings = dict(ARMS[name])
     start_model = str(finetune / "models" / "epochs-6-dev") if settings.pop("start", None) == "dense" else None
-    config = TrainConfig(
+    return TrainConfig(
         output=str(output / "models" / name),
         model=start_model,
         data=str(finetune / "mined.jsonl"),
@@ -98,6 +99,10 @@ def run_arm(name: str, output: Path, finetune: Path, cache: Path) -> dict:
         resume=None,
         **settings,
     )
+
+
+def run_arm(name: str, output: Path, finetune: Path, cache: Path) -> dict:
+    config = arm_config(name, output, finetune)
     start, trained = time.perf_counter(), Path(config.output)
     if not (trained / "embedkit_training.json").is_file():  # a finished run is scored, not trained again
         train(config)

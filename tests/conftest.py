@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import random
 import subprocess
 from pathlib import Path
 
@@ -52,6 +53,27 @@ RUN_FIRST = (
     "test_structure.py",
     "test_examples.py",
 )
+
+
+SEED_VARIABLE = "EMBEDKIT_TEST_SEED"
+
+
+def pytest_configure(config):
+    # One seed per run, inherited by the xdist workers: the sampled sweeps try other points every run, replayably.
+    os.environ.setdefault(SEED_VARIABLE, str(random.SystemRandom().randrange(10**6)))
+
+
+def pytest_report_header(config):
+    return f"sampled sweeps: {SEED_VARIABLE}={os.environ[SEED_VARIABLE]} (set it to replay this run's points)"
+
+
+def sweep_random(name: str) -> random.Random:
+    """The generator of one sampled sweep: this run's seed and the sweep's name (a failure names the seed)."""
+    return random.Random(f"{os.environ[SEED_VARIABLE]}:{name}")
+
+
+def sweep_label() -> str:
+    return f"{SEED_VARIABLE}={os.environ[SEED_VARIABLE]}"
 
 
 def pytest_collection_modifyitems(config, items):

@@ -17,8 +17,14 @@ PACKAGE = Path(__file__).resolve().parents[1] / "embedkit"
 ALLOWED = {"index/registry.py", "models/loading.py", "search/retriever.py"}
 # where "kind" or "family" means something else: a metadata field's type, a torch device, a cache entry, an output
 # folder, a numpy dtype, a Python type, a FAISS index type (flat, IVF, HNSW)
-OTHER_KINDS = {"index/filters.py", "index/store.py", "models/device.py", "cli/cache.py", "cli/options.py",
-               "index/budget.py"}
+OTHER_KINDS = {
+    "index/filters.py",
+    "index/store.py",
+    "models/device.py",
+    "cli/cache.py",
+    "cli/options.py",
+    "index/budget.py",
+}
 NOT_A_BRANCH = re.compile(r"""\bfor\b[^:]*\bkind\b[^:]*\bin\b|dtype\.kind|output_kind\(""")
 CLASSES = (
     "EmbeddingModel|SparseModel|MultiVectorModel|StackModel|Encoder|"
@@ -45,7 +51,7 @@ def kind_branches(package: Path = PACKAGE) -> list[str]:
             continue
         for number, line in enumerate(path.read_text().splitlines(), start=1):
             code = line.split("#", 1)[0]
-            if code.strip().startswith(("\"", "'")) or not code.strip() or NOT_A_BRANCH.search(code):
+            if code.strip().startswith(('"', "'")) or not code.strip() or NOT_A_BRANCH.search(code):
                 continue
             if any(pattern.search(code) for pattern in PATTERNS):
                 found.append(f"embedkit/{relative}:{number}: {line.strip()}")

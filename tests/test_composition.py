@@ -106,8 +106,9 @@ class Corpus:
         rng, chunked = np.random.default_rng(seed), "#" in self.row_ids[0]
         table: dict[str, list] = {}
         for i, row_id in enumerate(self.row_ids):
-            table.setdefault(row_id.rpartition("#")[0] if chunked else row_id, []).append(self.format.take(self.rows,
-                                                                                                           [i]))
+            table.setdefault(row_id.rpartition("#")[0] if chunked else row_id, []).append(
+                self.format.take(self.rows, [i])
+            )
         for step in range(CHANGES):
             action = ("add", "delete", "upsert")[step % 3]
             doc_id = f"n{step:03d}" if action == "add" else sorted(table)[int(rng.integers(len(table)))]

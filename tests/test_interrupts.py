@@ -10,7 +10,6 @@ then SIGINT is sent at instants drawn uniformly from the run (seeded), the proce
 from __future__ import annotations
 
 import json
-import random
 import shutil
 import signal
 import subprocess
@@ -19,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import write_scifact_slice
+from conftest import sweep_label, sweep_random, write_scifact_slice
 from test_bad_input import _env, litter
 
 LINE = "embedkit: error: interrupted; "
@@ -100,11 +99,11 @@ def verbs(tmp_path_factory, scifact) -> dict:
     return {"work": work, "cache": cache, "verbs": found}
 
 
-def _sweep(verbs: dict, verb: str, instants: int, seed: int) -> None:
+def _sweep(verbs: dict, verb: str, instants: int) -> None:
     """``instants`` interrupts that landed while the work ran (one that lands once the result is written, as the
     process shuts down, is ignored by design: exit 0 with the whole result; another instant is drawn)."""
     work, cache, spec = verbs["work"], verbs["cache"], verbs["verbs"][verb]
-    draw = random.Random(seed)
+    draw = sweep_random(f"ctrl-c-{verb}-{instants}")
     landed = 0
     for _ in range(3 * instants):
         if landed == instants:
@@ -117,13 +116,13 @@ def _sweep(verbs: dict, verb: str, instants: int, seed: int) -> None:
             continue
         landed += 1
         lines = err.strip().splitlines()
-        assert code == 130, f"{verb} at {at:.2f}s: exit {code}\n{err[-3000:]}"
-        assert len(lines) == 1 and lines[0].startswith(LINE), f"{verb} at {at:.2f}s:\n{err[-3000:]}"
+        assert code == 130, f"{verb} ({sweep_label()}) at {at:.2f}s: exit {code}\n{err[-3000:]}"
+        assert len(lines) == 1 and lines[0].startswith(LINE), f"{verb} ({sweep_label()}) at {at:.2f}s:\n{err[-3000:]}"
         assert "terminate called" not in err and "Traceback" not in err
-        assert litter(work) == [], f"{verb} at {at:.2f}s left {litter(work)}"
+        assert litter(work) == [], f"{verb} ({sweep_label()}) at {at:.2f}s left {litter(work)}"
         code, _, err, _ = _run(spec["args"], work, cache)
-        assert code == 0, f"{verb}: the rerun after an interrupt at {at:.2f}s failed:\n{err[-3000:]}"
-        assert spec["result"]() == spec["reference"], f"{verb}: the rerun after {at:.2f}s differs"
+        assert code == 0, f"{verb} ({sweep_label()}): the rerun after an interrupt at {at:.2f}s failed:\n{err[-3000:]}"
+        assert spec["result"]() == spec["reference"], f"{verb} ({sweep_label()}): the rerun after {at:.2f}s differs"
     assert landed == instants, f"{verb}: only {landed} of {instants} interrupts landed before the work ended"
 
 
@@ -132,13 +131,13 @@ def _sweep(verbs: dict, verb: str, instants: int, seed: int) -> None:
     ["evaluate", pytest.param("mine", marks=pytest.mark.slow), "search"],
 )
 def test_ctrl_c_at_random_instants(verbs, verb):
-    _sweep(verbs, verb, instants=2, seed={"evaluate": 1, "mine": 2, "search": 3}[verb])
+    _sweep(verbs, verb, instants=2)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("verb", ["evaluate", "mine", "search"])
 def test_ctrl_c_sweep(verbs, verb):
-    _sweep(verbs, verb, instants=20, seed=39)
+    _sweep(verbs, verb, instants=20)
 
 
 def test_second_ctrl_c_exits_at_once(verbs):

@@ -4,7 +4,8 @@ none hangs.
 
 The options are read from the verbs' signatures (so a new option is covered the day it is added). Each run is a
 child forked from a warm process (``cli_zygote.py``), bounded in time; a refusal must be exit 2 with one line and no
-traceback. Values are the fixed classes for every option, then values ``hypothesis`` draws.
+traceback. Each option gets ``SAMPLED`` of the fixed value classes, drawn with the run's seed (every class over a few
+runs; ``EMBEDKIT_TEST_SEED`` replays a run), then values ``hypothesis`` draws.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import write_scifact_slice
+from conftest import sweep_label, sweep_random, write_scifact_slice
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_bad_input import _env
@@ -36,6 +37,7 @@ SPECIAL = ("nan", "inf", "-inf", "0", "-1", "4611686018427387904", "1e300", str(
 NAN = re.compile(r"\b(NaN|-?Infinity|nan|-?inf)\b")
 JSON_NAN = re.compile(r"[:\[,]\s*-?(NaN|Infinity)\b")  # a value, not a key (a vocabulary holds the word "nan")
 TIMEOUT = 180.0
+SAMPLED = 3  # of the SPECIAL classes, per option and run
 
 
 def numeric_options(verb: str) -> list[str]:
@@ -135,7 +137,7 @@ def _nan_in_outputs(folder: Path, stem: str) -> list[str]:
 
 
 def _judge(verb: str, flag: str, value: str, done: dict, out: str, world: dict) -> None:
-    what = f"{verb} {flag} {value}"
+    what = f"{verb} {flag} {value} ({sweep_label()})"
     assert not done["timed_out"], f"{what}: still running after {TIMEOUT} s (a hang)\n{done['stderr'][-2000:]}"
     assert done["signal"] is None and done["code"] not in (134, 139), f"{what}: native crash {done}"
     assert "Traceback" not in done["stderr"], f"{what}: traceback\n{done['stderr'][-3000:]}"
@@ -199,8 +201,9 @@ def _split(verbs: tuple[str, ...], slow: tuple[str, ...]) -> list:
 
 @pytest.mark.parametrize("verb", _split(VERBS, TRAINING))
 def test_every_numeric_option_with_extreme_values(world, verb):
+    draw = sweep_random(f"numeric-{verb}")
     for flag in numeric_options(verb):
-        for value in SPECIAL:
+        for value in draw.sample(SPECIAL, SAMPLED):
             check(verb, flag, value, world)
 
 
