@@ -122,7 +122,7 @@ class SparseFormat(RowFormat):
         save_npz(path, indptr=rows.indptr, indices=rows.indices, values=rows.values)
 
     def read(self, path: Path, dim: int, mmap: bool = False) -> SparseRows:
-        arrays = _npz(path, ("indptr", "indices", "values"), "sparse")
+        arrays = read_npz(path, ("indptr", "indices", "values"), "sparse shard")
         return _checked(path, "sparse", lambda: SparseRows(*arrays, dim))
 
     def stack(self, parts: Sequence[SparseRows], dim: int, settings: dict[str, Any]) -> SparseRows:
@@ -171,7 +171,7 @@ class TokenFormat(RowFormat):
         save_npz(path, offsets=rows.offsets, vectors=rows.vectors)
 
     def read(self, path: Path, dim: int, mmap: bool = False) -> TokenRows:
-        arrays = _npz(path, ("offsets", "vectors"), "multi-vector")
+        arrays = read_npz(path, ("offsets", "vectors"), "multi-vector shard")
         return _checked(path, "multi-vector", lambda: TokenRows(*arrays))
 
     def stack(self, parts: Sequence[TokenRows], dim: int, settings: dict[str, Any]) -> TokenRows:
@@ -219,12 +219,13 @@ def format_of(rows: Any) -> RowFormat:
     return _BY_TYPE.get(type(rows), ROW_FORMATS["dense"])
 
 
-def _npz(path: Path, names: tuple[str, ...], what: str) -> list[np.ndarray]:
+def read_npz(path: Path, names: tuple[str, ...], what: str) -> list[np.ndarray]:
+    """The named arrays of an ``.npz`` file; a damaged or incomplete one is one line naming it."""
     try:
         with np.load(path, allow_pickle=False) as arrays:
             return [arrays[name] for name in names]
     except (ValueError, KeyError, EOFError, OSError, zipfile.BadZipFile) as err:
-        raise EmbedkitError(f"not a readable {what} shard ({str(err).splitlines()[0]})", path=path) from None
+        raise EmbedkitError(f"not a readable {what} ({str(err).splitlines()[0]})", path=path) from None
 
 
 def _checked(path: Path, what: str, make: Any) -> Any:

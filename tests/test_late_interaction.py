@@ -111,6 +111,51 @@ def test_the_ivf_index_finds_the_exact_top_10(colbert_folder, scifact_subset, tm
         assert np.allclose(searched.scores, reference.scores, rtol=1e-6, atol=1e-6)
 
 
+def test_the_plaid_index_compresses_tokens_and_prunes_without_losing_its_top_10(colbert_folder, scifact_subset,
+                                                                                 tmp_path):  # fmt: skip
+    """At its defaults the compressed index stores under a fifth of the float16 bytes per token, and its pruning
+    (a few centroids per query token, a quarter of the candidates decompressed) keeps the top 10 it finds probing
+    every centroid and decompressing every document, which is exact MaxSim over the tokens it stores; at 8 bits
+    those are close enough to find the exact top 10. ``index --late-index plaid`` then ``search``, and ``evaluate``
+    with the plaid spec, give the library's run. (This model's projection is untrained, so its scores are close
+    together: the 2-bit recall against exact of a trained ColBERT is measured in benchmarks/plaid_scifact.py.)"""
+    from embedkit import LateInteraction
+    from embedkit.encode import encode_to_folder
+    from embedkit.index.multivector_exact import MultiVectorExactIndex
+    from embedkit.index.multivector_plaid import MultiVectorPlaidIndex
+    from embedkit.multivector import TokenRows
+
+    model = load_model(colbert_folder)
+    data = load_dataset(scifact_subset)
+    embeddings = encode_to_folder(model, data.corpus, tmp_path / "emb", shard_size=64)
+    exact, plaid = MultiVectorExactIndex.build(embeddings), MultiVectorPlaidIndex.build(embeddings)
+    assert plaid.bytes_per_token <= exact.documents.dim * 2 / 5
+    queries = model.encode_queries(list(data.split_queries("test").values()))
+
+    def recall(found, reference) -> float:
+        return float(np.mean([len(set(a) & set(b)) / 10 for a, b in zip(found.ids, reference.ids)]))
+
+    stored = MultiVectorExactIndex(TokenRows(plaid.offsets, plaid.codec.decode(plaid.codes, plaid.residuals)),
+                                   plaid.doc_ids, plaid.settings)  # fmt: skip
+    whole = plaid.search(queries, 10, nprobe=len(plaid.codec.centroids), candidates=4 * len(plaid))
+    assert whole.ids == stored.search(queries, 10).ids
+    assert recall(plaid.search(queries, 10), whole) >= 0.9
+    fine = MultiVectorPlaidIndex.build(embeddings, bits=8)
+    everything = {"nprobe": len(fine.codec.centroids), "candidates": 4 * len(fine)}
+    assert recall(fine.search(queries, 10, **everything), exact.search(queries, 10)) >= 0.95
+    done = embedkit_here("index", "-e", str(tmp_path / "emb"), "-o", str(tmp_path / "idx"), "--late-index", "plaid")
+    assert done.returncode == 0 and "compressed tokens" in done.stdout, done.stderr
+    searched = ["search", "-i", str(tmp_path / "idx"), "-d", str(scifact_subset), "--split", "test", "-k", "10"]
+    done = embedkit_here(*searched, "-o", str(tmp_path / "run.trec"))
+    assert done.returncode == 0, done.stderr
+    expected = {q: list(hits) for q, hits in plaid.search(queries, 10).to_run(data.split_queries("test")).items()}
+    assert {q: list(hits) for q, hits in read_run(tmp_path / "run.trec").items()} == expected
+    report = evaluate(model, data, "test", LateInteraction(index="plaid"), output=tmp_path / "r", k=10,
+                      cache_dir=tmp_path / "cache")  # fmt: skip
+    assert "colbert-plaid" in report["folder"]
+    assert {q: list(hits) for q, hits in read_run(f"{report['folder']}/run.trec").items()} == expected
+
+
 def test_a_multivector_model_reranks_a_first_stage_from_its_stored_token_vectors(
     colbert_folder, scifact_subset, tmp_path
 ):
@@ -145,3 +190,38 @@ def test_a_multivector_model_reranks_a_first_stage_from_its_stored_token_vectors
     cli = read_run(tmp_path / "cli.trec")
     for query_id in bm25:
         assert [doc for doc, _ in ranked(cli[query_id])[:20]] == [doc for doc, _ in ranked(run[query_id])[:20]]
+
+
+def test_a_living_plaid_index_codes_new_tokens_against_its_centroids(colbert_folder, scifact_subset, tmp_path):
+    """Opened for updates with its embeddings folder (it keeps only codes), the compressed index takes adds, deletes
+    and upserts with metadata: an added document is found by its own tokens, a deleted one never, a filter selects
+    by metadata; a compaction codes the live rows against the same centroids: the reopened folder searches as the
+    index of those rows coded by the old codec does."""
+    from embedkit.encode import encode_to_folder
+    from embedkit.index import open_index
+    from embedkit.index.multivector_plaid import MultiVectorPlaidIndex
+    from embedkit.index.registry import open_live
+
+    model, data = load_model(colbert_folder), load_dataset(scifact_subset)
+    embeddings = encode_to_folder(model, data.corpus, tmp_path / "emb", shard_size=64)
+    base = MultiVectorPlaidIndex.build(embeddings)
+    folder = base.save(tmp_path / "idx")
+    live = open_live(folder, fields={"year": "int"}, vectors=embeddings)
+    texts = ["Vitamin D deficiency and bone fractures in older adults.", "Gut microbiota shapes the immune response."]
+    live.add(["new-a", "new-b"], model.encode_documents(texts), metadata=[{"year": 2020}, {"year": 2021}])
+    gone = base.doc_ids[:3]
+    live.delete(gone)
+    live.upsert([base.doc_ids[5]], model.encode_documents(["Statins lower cholesterol."]), metadata=[{"year": 2019}])
+    queries = model.encode_queries(texts)
+    hits = live.search(queries, 5)
+    assert [row[0] for row in hits.ids] == ["new-a", "new-b"] and not set(gone) & {d for row in hits.ids for d in row}
+    assert {d for row in live.search(queries, 5, filter="year >= 2021").ids for d in row} == {"new-b"}
+    ids, rows = live.live_rows()
+    live.compact()
+    reopened = open_index(folder)
+    compacted = reopened.base
+    assert isinstance(compacted, MultiVectorPlaidIndex) and compacted.doc_ids == ids and len(ids) == len(base) - 1
+    assert np.array_equal(compacted.codec.centroids, base.codec.centroids)
+    expected = MultiVectorPlaidIndex.from_rows(rows, ids, base.settings, like=base).search(queries, 5)
+    found = reopened.search(queries, 5)
+    assert found.ids == expected.ids and not set(gone) & {d for row in found.ids for d in row}

@@ -116,11 +116,18 @@ def evaluate(
     Example: [bold]embedkit evaluate --dataset scifact --output runs --retriever hybrid[/bold]
     """
     from embedkit.outputs import check_parent, refuse_inside_other_output
-    from embedkit.search.specs import MAX_BM25_K1, MAX_QUANTIZATION, MAX_RRF_K, MAX_SEARCH_PARAM, SPARSE_INDEXES
+    from embedkit.search.specs import (
+        LATE_INDEXES,
+        MAX_BM25_K1,
+        MAX_QUANTIZATION,
+        MAX_RRF_K,
+        MAX_SEARCH_PARAM,
+        SPARSE_INDEXES,
+    )
 
     opt.one_of(retriever, ("dense", "bm25", "splade", "colbert", "hybrid"), "--retriever")
     opt.one_of(sparse_index, SPARSE_INDEXES, "--sparse-index")
-    opt.one_of(late_index, ("exact", "ivf"), "--late-index")
+    opt.one_of(late_index, LATE_INDEXES, "--late-index")
     opt.one_of(absent_judged, ("refuse", "miss"), "--absent-judged")
     opt.one_of(harness, ("embedkit", "mteb"), "--harness")
     opt.one_of(metric, ("ip", "l2"), "--metric")
@@ -155,8 +162,9 @@ def evaluate(
     within = f"with --retriever {retriever}" + (f" --hybrid-parts {','.join(parts)}" if retriever == "hybrid" else "")
     if "bm25" not in uses:
         opt.refuse_unused(lexical, within)
-    late = {"--late-index": late_index, "--nprobe": nprobe if late_index == "ivf" else None}
-    if "colbert" in uses and late_index == "ivf":  # --nprobe is the IVF's over token vectors
+    approximate = late_index in LATE_INDEXES[1:]  # the ivf and plaid engines take --nprobe over token vectors
+    late = {"--late-index": late_index, "--nprobe": nprobe if approximate else None}
+    if "colbert" in uses and approximate:
         dense = {flag: value for flag, value in dense.items() if flag != "--nprobe"}
     if "colbert" not in uses:
         opt.refuse_unused({"--late-index": late_index}, within)

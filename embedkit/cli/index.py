@@ -95,7 +95,7 @@ def _build(
     num_partitions = opt.renamed(num_partitions, num_shards, "--num-partitions", "--num-shards")
     opt.one_of(metric, ("ip", "l2"), "--metric")
     opt.one_of(sparse_index, ("exact", "impact", "seismic"), "--sparse-index")
-    opt.one_of(late_index, ("exact", "ivf"), "--late-index")
+    opt.one_of(late_index, tuple(LATE_ENGINES), "--late-index")
     opt.at_least(quantization, 1, "--quantization", maximum=1e6)
     from embedkit.index.factory_check import check_factory
     from embedkit.index.faiss_helpers import check_whole
@@ -222,17 +222,20 @@ def _impact(folder, output: Path, given: dict, overwrite: bool) -> None:
 
 
 def _multivector(folder, output: Path, engine: str, given: dict, overwrite: bool) -> None:
-    """A multi-vector model's token vectors: the exact index (exhaustive MaxSim), or an IVF over the tokens."""
-    from embedkit.index.multivector_exact import MULTIVECTOR_INDEX_KIND, MultiVectorExactIndex
-    from embedkit.index.multivector_ivf import MultiVectorIVFIndex
+    """A multi-vector model's token vectors in the engine ``--late-index`` names (the registry's class builds it)."""
+    from embedkit.index.multivector_exact import MULTIVECTOR_INDEX_KIND
+    from embedkit.index.registry import MULTIVECTOR_FORMAT, engine_class
 
     _check_output(folder, output, MULTIVECTOR_INDEX_KIND, overwrite)
-    built = {"exact": MultiVectorExactIndex, "ivf": MultiVectorIVFIndex}[engine].build(folder)
+    built = engine_class(MULTIVECTOR_FORMAT, engine).build(folder)
     if given["--nprobe"] is not None:
         built.set_search_params(nprobe=given["--nprobe"])
     built.save(output, overwrite=overwrite)
-    how = {"exact": "exact MaxSim", "ivf": "an IVF over token vectors, MaxSim over its candidates"}[engine]
-    typer.echo(f"{folder.manifest['count']} documents' token vectors indexed ({how}) at {output}")
+    typer.echo(f"{folder.manifest['count']} documents' token vectors indexed ({LATE_ENGINES[engine]}) at {output}")
+
+
+LATE_ENGINES = {"exact": "exact MaxSim", "ivf": "an IVF over token vectors, MaxSim over its candidates",
+                "plaid": "compressed tokens, PLAID's centroid pruning, MaxSim over the decompressed best"}  # fmt: skip
 
 
 def _check_output(folder, output: Path, kind: str, overwrite: bool) -> None:
@@ -255,7 +258,7 @@ FAMILY_FLAGS = {
     "multivector": ("--late-index", "--nprobe"),
 }  # fmt: skip
 ENGINE_FLAG = {"sparse": "--sparse-index", "multivector": "--late-index"}
-ENGINE_FLAGS = {"sparse": {"--quantization": ("impact",)}, "multivector": {"--nprobe": ("ivf",)}}
+ENGINE_FLAGS = {"sparse": {"--quantization": ("impact",)}, "multivector": {"--nprobe": ("ivf", "plaid")}}
 ROW_INDEXES = {"sparse": _sparse, "multivector": _multivector}
 SPARSE_BUILDS = {"exact": _sparse_exact, "seismic": _seismic, "impact": _impact}
 

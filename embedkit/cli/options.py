@@ -75,7 +75,8 @@ SparseIndex = Annotated[
 LateIndex = Annotated[
     Optional[str],
     typer.Option(
-        help="A multi-vector model's index: exact (MaxSim over all) | ivf (candidates by token). [default: exact]"
+        help="A multi-vector model's index: exact (MaxSim over all) | ivf (candidates by token) | plaid (compressed "
+        "tokens, candidates by centroid). [default: exact]"
     ),
 ]
 Quantization = Annotated[Optional[float], typer.Option(help="Impact index weights: round(w * this). [default: 100]")]

@@ -34,6 +34,7 @@ _ENGINES: dict[tuple[str, str], str] = {
     (SPARSE_FORMAT, "seismic"): "embedkit.integrations.seismic:SeismicSparse",
     (MULTIVECTOR_FORMAT, "exact"): "embedkit.index.multivector_exact:MultiVectorExactIndex",
     (MULTIVECTOR_FORMAT, "ivf"): "embedkit.index.multivector_ivf:MultiVectorIVFIndex",
+    (MULTIVECTOR_FORMAT, "plaid"): "embedkit.index.multivector_plaid:MultiVectorPlaidIndex",
 }
 LIVE = {"faiss": "embedkit.index.live:LiveIndex"}  # an engine that takes updates itself; any other is held by
 ROWS_LIVE = "embedkit.index.live_rows:RowsLiveIndex"  # the store, its snapshot searched beside the rows added

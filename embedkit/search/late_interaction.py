@@ -2,8 +2,8 @@
 and a corpus to its index and runs.
 
 The corpus's token vectors come from the embeddings cache as dense ones do (``cached_corpus_embeddings``: one encode
-per model and corpus); the index is the exact one (exhaustive MaxSim, the reference) or an IVF over the token
-vectors (candidates by nearest tokens, then MaxSim).
+per model and corpus); the index is the spec's engine from the registry: the exact one (exhaustive MaxSim, the
+reference), an IVF over the token vectors (candidates by nearest tokens, then MaxSim) or the compressed PLAID one.
 """
 
 from __future__ import annotations
@@ -14,8 +14,7 @@ from typing import Any
 from embedkit.data.beir import BeirDataset
 from embedkit.encode.cache import cached_corpus_embeddings
 from embedkit.encode.folder import EmbeddingsFolder
-from embedkit.index.multivector_exact import MultiVectorExactIndex
-from embedkit.index.multivector_ivf import MultiVectorIVFIndex
+from embedkit.index.registry import MULTIVECTOR_FORMAT, engine_class
 from embedkit.protocols import Run
 from embedkit.search.queries import require_family, search_queries
 from embedkit.search.retriever import LateInteraction
@@ -32,7 +31,7 @@ class LateInteractionRetrieval:
         check_multivector_model(model)
         self.model, self.spec, self.cache_dir = model, (spec or LateInteraction()).check(), cache_dir
         self._embeddings: dict[str, EmbeddingsFolder] = {}
-        self._index: dict[str, MultiVectorExactIndex | MultiVectorIVFIndex] = {}
+        self._index: dict[str, Any] = {}
         self.query_tokens: dict[str, float] | None = None  # token vectors per query of the last search
 
     def embeddings(self, data: BeirDataset) -> EmbeddingsFolder:
@@ -52,13 +51,12 @@ class LateInteractionRetrieval:
         """What a report records of the last search: token vectors per query and per document."""
         return {"late_interaction": {"query_tokens": self.query_tokens, "document_tokens": self.document_tokens(data)}}
 
-    def index(self, data: BeirDataset) -> MultiVectorExactIndex | MultiVectorIVFIndex:
+    def index(self, data: BeirDataset) -> Any:
+        """The spec's engine over the corpus's token vectors (built once per corpus)."""
         if data.corpus_sha256 not in self._index:
-            if self.spec.index == "ivf":
-                index = MultiVectorIVFIndex.build(self.embeddings(data))
+            index = engine_class(MULTIVECTOR_FORMAT, self.spec.index).build(self.embeddings(data))
+            if index.search_parameters:
                 index.set_search_params(self.spec.nprobe, self.spec.candidates)
-            else:
-                index = MultiVectorExactIndex.build(self.embeddings(data))
             self._index[data.corpus_sha256] = index
         return self._index[data.corpus_sha256]
 
@@ -69,7 +67,7 @@ class LateInteractionRetrieval:
 
 def late_search(
     model: Any,
-    index: MultiVectorExactIndex | MultiVectorIVFIndex,
+    index: Any,
     queries: dict[str, str],
     k: int,
     ignore_identical_ids: bool = False,

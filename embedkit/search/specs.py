@@ -21,7 +21,7 @@ MAX_RRF_K = 1_000_000
 MAX_FUSION_WEIGHT = 1e6
 BM25_BACKENDS = ("bm25s", "pyserini")
 SPARSE_INDEXES = ("exact", "impact", "seismic")
-LATE_INDEXES = ("exact", "ivf")
+LATE_INDEXES = ("exact", "ivf", "plaid")
 MAX_QUANTIZATION = 1e6  # Lucene stores an impact as a 32-bit integer: weights above ~2000 times this overflow
 
 
@@ -121,8 +121,10 @@ class Sparse:
 @dataclass(frozen=True)
 class LateInteraction:
     """A multi-vector model's token vectors (ColBERT), scored by MaxSim over an ``exact`` index (every document's
-    tokens: the reference) or an ``ivf`` one (candidates from an IVF over token vectors: ``nprobe`` lists, the
-    ``candidates`` nearest tokens of each query token; MaxSim over those documents)."""
+    tokens: the reference), an ``ivf`` one (candidates from an IVF over token vectors: ``nprobe`` lists, the
+    ``candidates`` nearest tokens of each query token; MaxSim over those documents) or a ``plaid`` one (tokens
+    compressed to a centroid and 2 bits per dimension: ``nprobe`` centroids per query token, ``candidates`` documents
+    scored by centroids, exact MaxSim over the decompressed best quarter)."""
 
     index: str = "exact"
     nprobe: int | None = None
@@ -140,7 +142,8 @@ class LateInteraction:
         for name in ("nprobe", "candidates"):
             check_whole(getattr(self, name), name, minimum=1, maximum=MAX_SEARCH_PARAM)
         if self.index == "exact" and (self.nprobe, self.candidates) != (None, None):
-            raise EmbedkitError("nprobe and candidates are the ivf index's; not for the exact one", field="index")
+            raise EmbedkitError("nprobe and candidates are the ivf and plaid indexes'; not the exact one's",
+                                field="index")  # fmt: skip
         return self
 
 
