@@ -9,7 +9,7 @@ computed it. Same data as the studies (the dense fine-tune study's seeded train/
 negatives, made here if absent), same training settings (imported from the studies, not copied), scored on test
 only. The criteria, fixed before the runs: the same model scored by two commits' code gives equal nDCG@10 and
 recall@100 (to 1e-9); the retrained model against the committed study JSON is reported as a difference, since CPU
-training is reproducible only to rounding (the first logged losses agree to four digits, later ones drift).
+training is reproducible only to rounding (the first logged loss agrees to six digits, later ones drift).
 """
 
 from __future__ import annotations
