@@ -1,5 +1,6 @@
 """ColBERTv2's residual compression of token vectors: each token is its nearest centroid's id plus ``bits`` bits per
-dimension that pick one of ``2**bits`` residual values (cut at quantiles of the residuals seen in training).
+dimension that pick one of ``2**bits`` residual values (cut at quantiles of the residuals seen in training, per
+dimension: a dimension whose residuals spread less gets narrower buckets).
 
 A 128-dimensional token at 2 bits is a 2-byte centroid id and 32 bytes, against 256 bytes in float16. The centroids
 are FAISS k-means; assignment is FAISS's exact inner-product search over them. Decoding is one table lookup per
@@ -24,8 +25,8 @@ NORMALISED = 1e-3  # vectors whose norms are all within this of 1 are decoded ba
 @dataclass(frozen=True)
 class ResidualCodec:
     centroids: np.ndarray  # float32 [centroids, dim], unit length for normalised tokens
-    cutoffs: np.ndarray  # float32 [2**bits - 1]: residual values below each cut go to the bucket below it
-    weights: np.ndarray  # float32 [2**bits]: the value each bucket decodes to (its residuals' median)
+    cutoffs: np.ndarray  # float32 [dim, 2**bits - 1]: a residual below a dimension's cut goes to the bucket below it
+    weights: np.ndarray  # float32 [dim, 2**bits]: the value each bucket decodes to (its residuals' median)
     bits: int
     normalised: bool
 
@@ -43,13 +44,13 @@ class ResidualCodec:
         kmeans = faiss.Kmeans(sample.shape[1], centroids, niter=20, seed=seed, spherical=normalised,
                               min_points_per_centroid=1)  # fmt: skip
         kmeans.train(sample)
-        partial = cls(kmeans.centroids.astype(np.float32), np.zeros(0, np.float32), np.zeros(1, np.float32), bits,
-                      normalised)  # fmt: skip
-        residuals = (sample - partial.centroids[partial.assign(sample)]).ravel()
-        levels = 2**bits
-        cutoffs = np.quantile(residuals, np.arange(1, levels) / levels).astype(np.float32)
-        weights = np.quantile(residuals, (np.arange(levels) + 0.5) / levels).astype(np.float32)
-        return cls(partial.centroids, cutoffs, weights, bits, normalised)
+        dim, levels = sample.shape[1], 2**bits
+        partial = cls(kmeans.centroids.astype(np.float32), np.zeros((dim, 0), np.float32),
+                      np.zeros((dim, 1), np.float32), bits, normalised)  # fmt: skip
+        residuals = sample - partial.centroids[partial.assign(sample)]
+        cutoffs = np.quantile(residuals, np.arange(1, levels) / levels, axis=0).T.astype(np.float32)
+        weights = np.quantile(residuals, (np.arange(levels) + 0.5) / levels, axis=0).T.astype(np.float32)
+        return cls(partial.centroids, np.ascontiguousarray(cutoffs), np.ascontiguousarray(weights), bits, normalised)
 
     @property
     def dim(self) -> int:
@@ -72,7 +73,8 @@ class ResidualCodec:
         for start in range(0, len(vectors), block):
             part = np.asarray(vectors[start : start + block], dtype=np.float32)
             code = self.assign(part)
-            buckets = np.searchsorted(self.cutoffs, part - self.centroids[code]).astype(np.uint8)
+            residual = part - self.centroids[code]
+            buckets = (residual[:, :, None] > self.cutoffs[None]).sum(axis=2, dtype=np.uint8)
             codes.append(code)
             packed.append(self._pack(buckets))
         if not codes:
@@ -87,15 +89,18 @@ class ResidualCodec:
 
     @cached_property
     def table(self) -> np.ndarray:
-        """The residual values each byte value decodes to: float32 [256, 8 / bits]."""
+        """The residual values each stored byte decodes to, by its position: float32 [positions * 256, 8 / bits]
+        (row ``position * 256 + byte``)."""
         per_byte = 8 // self.bits
         shifts = (np.arange(per_byte) * self.bits)[::-1]
-        buckets = (np.arange(256)[:, None] >> shifts) & (2**self.bits - 1)
-        return self.weights[buckets].astype(np.float32)
+        buckets = (np.arange(256)[:, None] >> shifts) & (2**self.bits - 1)  # [256, per_byte]
+        dims = np.arange(self.dim).reshape(-1, 1, per_byte)  # [positions, 1, per_byte]
+        return self.weights[dims, buckets[None]].reshape(-1, per_byte).astype(np.float32)
 
     def decode(self, codes: np.ndarray, packed: np.ndarray) -> np.ndarray:
         """float32 [tokens, dim]: centroid plus residual values, back on the unit sphere for normalised tokens."""
-        vectors = self.centroids[codes] + self.table[packed].reshape(len(codes), self.dim)
+        rows = packed + (np.arange(packed.shape[1], dtype=np.int32) * 256)[None, :]
+        vectors = self.centroids[codes] + self.table[rows].reshape(len(codes), self.dim)
         if self.normalised:
             vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
         return vectors
