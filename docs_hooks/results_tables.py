@@ -178,3 +178,36 @@ def living_index(path: Path) -> str:
 
 def long_documents(path: Path) -> str:
     return _benchmark_module("long_documents_report").tables(json.loads(path.read_text()))
+
+
+def plaid(path: Path) -> str:
+    """The compressed late-interaction index against exact MaxSim: one row per setting."""
+    data = json.loads(path.read_text())
+    exact = data["exact"]
+    rows = [["exact MaxSim (float16)", "", "", "1", _f(exact["ndcg_at_10"]), _f(data["exact_queries_per_s_1"], 1),
+             _f(data["exact_queries_per_s_2"], 1), f"{exact['bytes_per_document']:,.0f} (1)"]]  # fmt: skip
+    seen = set()
+    for i, row in enumerate([data["defaults"], *data["grid"]]):
+        key = (row["bits"], row["nprobe"], row["candidates"])
+        if key in seen:
+            continue
+        seen.add(key)
+        rows.append([f"{row['bits']}{' (default)' if i == 0 else ''}", str(row["nprobe"]), str(row["candidates"]),
+                     _f(row["recall_at_10_vs_exact"], 3), _f(row["ndcg_at_10"]), _f(row["queries_per_s_1"], 1),
+                     _f(row["queries_per_s_2"], 1),
+                     f"{row['bytes_per_document']:,.0f} ({row['storage_vs_float16']:.3f})"])  # fmt: skip
+    header = ["bits", "nprobe", "candidates", "recall@10 vs exact", "nDCG@10", "queries/s, 1 thread", "2 threads",
+              "bytes/doc (share of float16)"]  # fmt: skip
+    return _table(header, rows)
+
+
+def reproduce(path: Path) -> str:
+    """Each retrained arm's test scores by each commit's code, beside the study's committed figure."""
+    data = json.loads(path.read_text())
+    rows = []
+    for arm in ("colbert", "splade"):
+        entry = data[arm]
+        for commit, scores in entry["scored_by"].items():
+            rows.append([arm, commit[:7], _f(scores["test_ndcg_at_10"]), _f(scores["test_recall_at_100"]),
+                         _f(entry["committed"]["test_ndcg_at_10"])])  # fmt: skip
+    return _table(["arm", "code", "nDCG@10", "recall@100", "study's committed nDCG@10"], rows)
