@@ -12,6 +12,7 @@ from embedkit.errors import EmbedkitError
 from embedkit.index.registry import read_meta, record_files, verify_files
 from embedkit.outputs import replace_folder
 from embedkit.storage import read_lines, write_json
+from embedkit.validation import check_whole
 
 
 def write_meta(staging: Path, meta: dict[str, Any]) -> None:
@@ -46,6 +47,24 @@ def check_family(embeddings: Any, family: str) -> None:
     if held != family:
         raise EmbedkitError(f"holds {held} rows; a {family} index needs a {family} model's embeddings",
                             path=embeddings.path, field="--embeddings")  # fmt: skip
+
+
+class ProbedSearch:
+    """``nprobe`` and ``candidates``: the search parameters the approximate multi-vector engines share (their
+    dataclass fields), read and set together."""
+
+    nprobe: int
+    candidates: int
+
+    @property
+    def search_params(self) -> dict[str, int]:
+        return {"nprobe": self.nprobe, "candidates": self.candidates}
+
+    def set_search_params(self, nprobe: int | None = None, candidates: int | None = None) -> None:
+        check_whole(nprobe, "nprobe", minimum=1)
+        check_whole(candidates, "candidates", minimum=1)
+        self.nprobe = nprobe or self.nprobe
+        self.candidates = candidates or self.candidates
 
 
 class LibraryFolder:

@@ -19,7 +19,7 @@ import numpy as np
 
 from embedkit.data.trec import top_hits
 from embedkit.errors import EmbedkitError
-from embedkit.index.engine import open_meta, refuse_filter, write_meta
+from embedkit.index.engine import ProbedSearch, open_meta, refuse_filter, write_meta
 from embedkit.index.multivector_exact import FORMAT, MULTIVECTOR_INDEX_KIND, MultiVectorExactIndex, read_documents
 from embedkit.multivector import TokenRows, maxsim
 from embedkit.outputs import replace_folder
@@ -36,7 +36,7 @@ def default_lists(tokens: int) -> int:
 
 
 @dataclass(eq=False)  # an index is itself: hashed by identity (its chunk map is cached by it)
-class MultiVectorIVFIndex:
+class MultiVectorIVFIndex(ProbedSearch):
     exact: MultiVectorExactIndex  # the stored token vectors, ids and settings; MaxSim over the candidates
     ivf: Any  # faiss IndexIVF over every token vector, ids = token positions
     nprobe: int = 16
@@ -91,16 +91,6 @@ class MultiVectorIVFIndex:
     @property
     def model_settings(self) -> dict[str, Any]:
         return self.exact.settings
-
-    @property
-    def search_params(self) -> dict[str, int]:
-        return {"nprobe": self.nprobe, "candidates": self.candidates}
-
-    def set_search_params(self, nprobe: int | None = None, candidates: int | None = None) -> None:
-        check_whole(nprobe, "nprobe", minimum=1)
-        check_whole(candidates, "candidates", minimum=1)
-        self.nprobe = nprobe or self.nprobe
-        self.candidates = candidates or self.candidates
 
     def save(self, folder: str | Path, overwrite: bool = False) -> Path:
         with replace_folder(folder, MULTIVECTOR_INDEX_KIND, overwrite) as staging:

@@ -26,7 +26,7 @@ import numpy as np
 
 from embedkit.data.trec import top_hits
 from embedkit.errors import EmbedkitError
-from embedkit.index.engine import check_family, open_meta, refuse_filter, write_meta
+from embedkit.index.engine import ProbedSearch, check_family, open_meta, refuse_filter, write_meta
 from embedkit.index.multivector_exact import FORMAT, MULTIVECTOR_INDEX_KIND
 from embedkit.index.residual_codec import ResidualCodec
 from embedkit.multivector import TokenRows, maxsim
@@ -46,7 +46,7 @@ def default_centroids(tokens: int) -> int:
 
 
 @dataclass(eq=False)  # an index is itself: hashed by identity (its chunk map is cached by it)
-class MultiVectorPlaidIndex:
+class MultiVectorPlaidIndex(ProbedSearch):
     codec: ResidualCodec
     codes: np.ndarray  # each token's centroid id, documents' tokens in order
     residuals: np.ndarray  # uint8 [tokens, dim * bits / 8]
@@ -108,16 +108,6 @@ class MultiVectorPlaidIndex:
 
     def __len__(self) -> int:
         return len(self.doc_ids)
-
-    @property
-    def search_params(self) -> dict[str, int]:
-        return {"nprobe": self.nprobe, "candidates": self.candidates}
-
-    def set_search_params(self, nprobe: int | None = None, candidates: int | None = None) -> None:
-        check_whole(nprobe, "nprobe", minimum=1)
-        check_whole(candidates, "candidates", minimum=1)
-        self.nprobe = nprobe or self.nprobe
-        self.candidates = candidates or self.candidates
 
     @property
     def bytes_per_token(self) -> float:
