@@ -182,23 +182,28 @@ class MultiVectorPlaidIndex(ProbedSearch):
         return top_hits(exact, [self.doc_ids[d] for d in found], k)
 
     def _candidates(self, scores: np.ndarray, probe: int, keep: int) -> np.ndarray:
-        """Stage 1: the ``keep`` best documents reached by the probed centroids, by imputed centroid scores."""
+        """Stage 1: the ``keep`` best documents reached by the probed centroids, by imputed centroid scores.
+
+        Per query token its probed lists are written in rising score order into a dense array over the documents, so
+        each document holds its best probed score (no sort over the entries); the sums gather what each reached."""
         cells = np.argpartition(-scores, probe - 1, axis=1)[:, :probe]  # [query tokens, probe]
         cell_scores = np.take_along_axis(scores, cells, axis=1)
-        floor = cell_scores.min(axis=1)  # what a query token counts for a document it did not reach
+        rising = np.argsort(cell_scores, axis=1)
+        cells, cell_scores = np.take_along_axis(cells, rising, axis=1), np.take_along_axis(cell_scores, rising, axis=1)
         starts, documents = self.lists
-        at, sizes = _spans(starts, cells.ravel())
-        doc = documents[at].astype(np.int64)
-        token = np.repeat(np.repeat(np.arange(len(scores)), probe), sizes)
-        gain = np.repeat(cell_scores.ravel(), sizes) - floor[token]
-        order = np.argsort(-gain, kind="stable")  # a (query token, document) pair counts its best centroid once
-        _, first = np.unique((token * len(self.doc_ids) + doc)[order], return_index=True)
-        best, pair_gain = doc[order][first], gain[order][first]
-        reached, slot = np.unique(best, return_inverse=True)
-        total = np.bincount(slot, weights=pair_gain, minlength=len(reached))
-        if len(reached) <= keep:
-            return reached
-        return reached[np.argpartition(-total, keep - 1)[:keep]]
+        total, best = np.zeros(len(self.doc_ids), np.float32), np.zeros(len(self.doc_ids), np.float32)
+        reached = np.zeros(len(self.doc_ids), bool)
+        for token_cells, token_scores in zip(cells, cell_scores):
+            lists = [documents[starts[cell] : starts[cell + 1]] for cell in token_cells]
+            for held, score in zip(lists, token_scores - token_scores[0]):  # over the token's floor (XTR's imputation)
+                best[held] = score
+            touched = np.concatenate(lists)
+            total[touched] += best[touched]  # a repeated index adds once: each document counts its best centroid
+            reached[touched] = True
+        found = np.flatnonzero(reached)
+        if len(found) <= keep:
+            return found
+        return found[np.argpartition(-total[found], keep - 1)[:keep]]
 
     def _centroid_interaction(self, scores: np.ndarray, found: np.ndarray, keep: int) -> np.ndarray:
         """Stage 2: the ``keep`` best of ``found`` by MaxSim over their distinct centroids (nothing decompressed)."""
