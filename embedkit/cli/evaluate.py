@@ -162,7 +162,7 @@ def evaluate(
     within = f"with --retriever {retriever}" + (f" --hybrid-parts {','.join(parts)}" if retriever == "hybrid" else "")
     if "bm25" not in uses:
         opt.refuse_unused(lexical, within)
-    approximate = late_index in LATE_INDEXES[1:]  # the ivf and plaid engines take --nprobe over token vectors
+    approximate = late_index not in (None, "exact")  # the approximate engines take --nprobe over token vectors
     late = {"--late-index": late_index, "--nprobe": nprobe if approximate else None}
     if "colbert" in uses and approximate:
         dense = {flag: value for flag, value in dense.items() if flag != "--nprobe"}
