@@ -78,8 +78,9 @@ def transfer(model, spec, cache: Path, reranker=None) -> dict:
     return {**scores, "mean": float(np.mean(list(scores.values())))}
 
 
-def train_model(name: str, output: Path, finetune: Path) -> dict:
-    config = TrainConfig(
+def model_config(name: str, output: Path, finetune: Path) -> TrainConfig:
+    """The model's training settings (shared with ``reproduce_training.py``)."""
+    return TrainConfig(
         output=str(output / "models" / name),
         objective="colbert",
         scoring=MODELS[name],
@@ -96,6 +97,10 @@ def train_model(name: str, output: Path, finetune: Path) -> dict:
         save_total_limit=1,
         resume=None,
     )
+
+
+def train_model(name: str, output: Path, finetune: Path) -> dict:
+    config = model_config(name, output, finetune)
     trained = Path(config.output)
     if not (trained / "embedkit_training.json").is_file():  # a finished run is scored, not trained again
         train(config)

@@ -17,8 +17,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SCIFACT = (REPO.parent / "shared" / "data" / "beir" / "scifact").resolve()
-SHARED_BEIR = SCIFACT.parent  # the six classic collections beside SciFact
+# SciFact and the six classic collections: $EMBEDKIT_DATA where set (as the library reads it), else ../shared's.
+SHARED_BEIR = Path(os.environ.get("EMBEDKIT_DATA") or REPO.parent / "shared" / "data" / "beir").resolve()
+SCIFACT = SHARED_BEIR / "scifact"
 # Survives between local runs (gitignored); a clean clone encodes SciFact once per session.
 TEST_CACHE = REPO / ".cache" / "embeddings"
 # EMBEDKIT_CACHE of the backend tests: the default model's ONNX and OpenVINO exports survive between local runs too.
@@ -83,7 +84,7 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def scifact_path() -> Path:
-    assert SCIFACT.is_dir(), f"SciFact is expected at {SCIFACT}"
+    assert SCIFACT.is_dir(), f"SciFact is expected at {SCIFACT} (set EMBEDKIT_DATA to the folder of BEIR collections)"
     return SCIFACT
 
 

@@ -138,7 +138,7 @@ def dump_dom(page: Path, profile: Path) -> str:
     return dumped.stdout
 
 
-@pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="no /usr/bin/chromium (make test installs Debian's)")
+@pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="no chromium (make test installs Debian's where it has root)")
 def test_reference_pages_in_headless_chromium(site, tmp_path):
     dom = dump_dom(site / "reference" / "api" / "evaluate.html", tmp_path / "api")
     (signature,) = re.findall(r'class="doc-signature[^"]*">(.*?)</code>', dom, re.DOTALL)

@@ -99,7 +99,7 @@ def decoded_images(dom: Dom) -> list[Image.Image]:
     return images
 
 
-@pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="make test installs Debian's chromium first")
+@pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="no chromium (make test installs Debian's where it has root)")
 def test_evaluation_report_renders_in_chromium(scifact_reports, tmp_path):
     folder = scifact_reports["hybrid"]
     report = json.loads((folder / "report.json").read_text())
@@ -120,7 +120,7 @@ def test_evaluation_report_renders_in_chromium(scifact_reports, tmp_path):
     assert not re.search(r"""(src|href)=["']?https?:""", (folder / "report.html").read_text())
 
 
-@pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="make test installs Debian's chromium first")
+@pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="no chromium (make test installs Debian's where it has root)")
 def test_comparison_report_renders_in_chromium(scifact_reports, tmp_path):
     from embedkit.evaluation.compare import compare_runs
     from embedkit.report.writer import write_comparison

@@ -50,3 +50,23 @@ def test_a_splade_model_distils_the_mined_files_scores(slice_mined, tmp_path):
     assert record["steps"] == 2 and record["config"]["loss"] == "distill"
     assert "SparseDistillKLDivLoss" in (tmp_path / "m" / "README.md").read_text()
     assert load_model(tmp_path / "m").encode_documents(QUERIES).nnz > 0
+
+
+def test_a_seeded_splade_run_repeats_to_the_bit(slice_mined, tmp_path):
+    """The MLM head the default model lacks is drawn from the run's seed (not from whatever the host's generator
+    held), so the same config trains the same weights; another seed starts another head."""
+    import torch
+    from safetensors.torch import load_file
+
+    from embedkit.train import TrainConfig, train
+
+    def weights(name: str, seed: int) -> dict[str, torch.Tensor]:
+        config = TrainConfig(output=str(tmp_path / name), objective="splade", data=str(slice_mined), num_negatives=1,
+                             drop_short_examples=True, batch_size=4, max_length=32, max_steps=1, seed=seed)  # fmt: skip
+        torch.rand(int(torch.randint(1, 50, ())))  # the host's generator somewhere else each time
+        train(config)
+        return {k: v for file in sorted((tmp_path / name).rglob("*.safetensors")) for k, v in load_file(file).items()}
+
+    first, again, other = weights("a", 7), weights("b", 7), weights("c", 8)
+    assert first.keys() == again.keys() and all(torch.equal(first[k], again[k]) for k in first)
+    assert any(not torch.equal(first[k], other[k]) for k in first)

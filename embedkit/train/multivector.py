@@ -14,6 +14,7 @@ from typing import Any
 
 from embedkit.errors import EmbedkitError
 from embedkit.models.reference import resolve_model
+from embedkit.train.seeded import seeded
 
 QUERY_TOKENS = 32  # ColBERT's query length: queries are padded with mask tokens up to it (and cut at it)
 DOCUMENT_TOKENS = 256  # documents' default length when --max-length is not given
@@ -42,8 +43,7 @@ def build_multivector_model(model: str | None, max_length: int | None, dim: int,
         path, query_length=QUERY_TOKENS, document_length=max_length or DOCUMENT_TOKENS, query_expansion=expansion
     )
     width = transformer.get_embedding_dimension()
-    with torch.random.fork_rng(devices=[]):  # the projection's start is the seed's, the host's generator untouched
-        torch.manual_seed(seed)
+    with seeded(seed):  # the projection's start is the seed's, whatever loading the transformer drew
         projection = Dense(width, dim, bias=False, activation_function=torch.nn.Identity(),
                            module_input_name="token_embeddings")  # fmt: skip
     modules = [transformer, projection, MultiVectorMask(), Normalize(module_input_name="token_embeddings")]

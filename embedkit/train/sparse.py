@@ -34,7 +34,7 @@ def head_record(path: Path) -> dict[str, Any]:
         with safe_open(str(file), "pt") as handle:
             names |= set(handle.keys())
     has_head = any(name.startswith(("cls.", "lm_head.")) for name in names)
-    new = "the MLM head: decoder tied to the word embeddings, transform and bias new"
+    new = "the MLM head: decoder tied to the word embeddings, transform and bias new (from the run's seed)"
     return {"start_has_mlm_head": has_head, "initialised": None if has_head else new}
 
 

@@ -33,6 +33,7 @@ from embedkit.train.losses import build_loss
 from embedkit.train.merge import auto_alpha, interpolate, keep_checkpoints, soup_of_checkpoints, state_of
 from embedkit.train.merge_settings import ALPHA_RULE
 from embedkit.train.recipes import RECIPES
+from embedkit.train.seeded import seeded
 from embedkit.train.sparse import loss_callbacks
 from embedkit.train.unsupervised import cropping_pairs, simcse_pairs
 from embedkit.training.arguments import shared_training_arguments
@@ -138,7 +139,13 @@ def _dev_evaluator(config: TrainConfig, dev_ids: list[str] | None) -> Any:
 
 
 def _model_and_loss(config: TrainConfig, examples: datasets.Dataset, world_size: int) -> tuple[Any, Any, Any, dict]:
-    """(network, loss, examples as the loss reads them, what the network started from)."""
+    """(network, loss, examples as the loss reads them, what the network started from); what they add to the start
+    model is drawn from ``config.seed``."""
+    with seeded(config.seed):
+        return _new_model_and_loss(config, examples, world_size)
+
+
+def _new_model_and_loss(config: TrainConfig, examples: datasets.Dataset, world_size: int) -> tuple[Any, Any, Any, dict]:
     if config.family is not None:
         network, loss, started = RECIPES[config.family].model_and_loss(config)
         return network, loss, examples, started
