@@ -92,18 +92,37 @@ class TokenRows:
                 "max": int(lengths.max()), "bytes_per_row": float(row_bytes.mean())}  # fmt: skip
 
 
-def maxsim(queries: TokenRows, documents: TokenRows, budget: int = 1 << 25) -> np.ndarray:
+QUERY_BLOCK_TOKENS = 256  # query token vectors multiplied at once
+PRODUCT_BLOCK = 1 << 20  # products per multiply: a few MB, still in the CPU's cache when their maximum is taken
+GROUP_TOKENS = 1 << 16  # document tokens (padded) converted to float32 at a time, then met by every query
+
+
+def maxsim(queries: TokenRows, documents: TokenRows, budget: int = PRODUCT_BLOCK) -> np.ndarray:
     """Exact late-interaction scores ``[queries, documents]``: for each query token its largest dot product with
     any of the document's tokens, summed over the query's tokens (ColBERT's MaxSim), in float32.
 
-    Queries and documents are taken in blocks whose token products stay near ``budget`` numbers, so memory is
-    bounded whatever the corpus size. A document with no tokens scores 0 (as sentence-transformers' ``maxsim``).
+    Documents are taken shortest first, a block of them padded to its longest, so a block's products are one dense
+    ``[query tokens, documents, longest]`` array whose maximum is a plain reduction; ``budget`` products a block keep
+    it in cache between the multiply and the max, and memory bounded whatever the corpus. A document with no tokens
+    scores 0 (as sentence-transformers' ``maxsim``).
     """
+    import torch
+
     scores = np.zeros((len(queries), len(documents)), np.float32)
-    for q_start, q_stop in _blocks(queries, budget // 1024):
-        chunk = queries.take(range(q_start, q_stop))
-        for d_start, d_stop in _blocks(documents, max(1, budget // max(1, len(chunk.vectors)))):
-            scores[q_start:q_stop, d_start:d_stop] = _maxsim_block(chunk, documents, d_start, d_stop)
+    if not len(queries.vectors) or not len(documents.vectors):
+        return scores  # no token to score: every score 0
+    chunks = [_query_block(queries, start, stop) for start, stop in _blocks(queries, QUERY_BLOCK_TOKENS)]
+    order = np.argsort(documents.lengths, kind="stable")
+    tokens = max(1, budget // QUERY_BLOCK_TOKENS)
+    for group in _length_blocks(documents.lengths, order, max(tokens, GROUP_TOKENS)):
+        blocks = [(picked, _document_block(documents, picked))
+                  for picked in _length_blocks(documents.lengths, group, tokens)]  # fmt: skip
+        for (start, stop), query, query_of_token in chunks:
+            for picked, block in blocks:
+                products = query @ block.view(-1, block.shape[2]).T
+                best = products.view(len(query), *block.shape[:2]).amax(2)
+                summed = torch.zeros(stop - start, len(picked)).index_add_(0, query_of_token, best)
+                scores[start:stop, picked] = summed.numpy()
     return scores
 
 
@@ -118,15 +137,41 @@ def _blocks(rows: TokenRows, tokens: int) -> Iterable[tuple[int, int]]:
         start = stop
 
 
-def _maxsim_block(queries: TokenRows, documents: TokenRows, start: int, stop: int) -> np.ndarray:
+def _length_blocks(lengths: np.ndarray, order: np.ndarray, tokens: int) -> Iterable[np.ndarray]:
+    """Rows in ``order`` (shortest first), cut where padding them all to the block's longest exceeds ``tokens``."""
+    start = 0
+    while start < len(order):
+        # rows rise in length, so the block's padded size is its count times its last row's length
+        padded = np.arange(1, len(order) - start + 1) * np.maximum(lengths[order[start:]], 1)
+        stop = start + max(1, int(np.searchsorted(padded > tokens, True)))
+        yield order[start:stop]
+        start = stop
+
+
+def _query_block(queries: TokenRows, start: int, stop: int) -> tuple[tuple[int, int], Any, Any]:
+    """Rows ``start:stop``'s token vectors with one more coordinate, 1, and the query of each token."""
     import torch
 
-    block = documents.vectors[documents.offsets[start] : documents.offsets[stop]]
-    products = torch.from_numpy(queries.vectors.astype(np.float32)) @ torch.from_numpy(block.astype(np.float32)).T
-    lengths = torch.from_numpy(documents.lengths[start:stop])
-    segment = torch.repeat_interleave(torch.arange(stop - start), lengths).expand(products.shape[0], -1)
-    best = torch.full((products.shape[0], stop - start), float("-inf"))
-    best.scatter_reduce_(1, segment, products, reduce="amax")
-    best = torch.where(torch.isinf(best), torch.zeros_like(best), best)  # a document with no tokens
-    query_of_token = torch.from_numpy(np.repeat(np.arange(len(queries)), queries.lengths))
-    return torch.zeros(len(queries), stop - start).index_add_(0, query_of_token, best).numpy()
+    chunk = queries.take(range(start, stop))
+    query = np.ones((len(chunk.vectors), chunk.dim + 1), np.float32)
+    query[:, :-1] = chunk.vectors
+    query_of_token = np.repeat(np.arange(len(chunk)), chunk.lengths)
+    return (start, stop), torch.from_numpy(query), torch.from_numpy(query_of_token)
+
+
+def _document_block(documents: TokenRows, picked: np.ndarray) -> Any:
+    """``[documents, longest, dim + 1]`` float32: each document's tokens, padded with tokens whose extra coordinate
+    makes their product with any query token float32's lowest number, below every real product (a padding token never
+    wins the maximum). A document with no tokens is padding whose products are 0: its score is 0."""
+    import torch
+
+    lengths = documents.lengths[picked]
+    longest = max(1, int(lengths.max()))
+    real = np.arange(longest) < lengths[:, None]
+    positions = np.where(real, documents.offsets[picked][:, None] + np.arange(longest), 0)
+    block = np.zeros((len(picked), longest, documents.dim + 1), np.float32)
+    block[..., :-1] = documents.vectors[positions]
+    block[~real, :-1] = 0.0
+    block[..., -1] = np.where(real, 0.0, np.finfo(np.float32).min)
+    block[lengths == 0, :, -1] = 0.0
+    return torch.from_numpy(block)
