@@ -211,3 +211,26 @@ def reproduce(path: Path) -> str:
             rows.append([arm, commit[:7], _f(scores["test_ndcg_at_10"]), _f(scores["test_recall_at_100"]),
                          _f(entry["committed"]["test_ndcg_at_10"])])  # fmt: skip
     return _table(["arm", "code", "nDCG@10", "recall@100", "study's committed nDCG@10"], rows)
+
+
+def reproduce_training(path: Path) -> str:
+    """Each arm's first steps trained by each commit's code: the weights' digest and the logged loss."""
+    data = json.loads(path.read_text())
+    rows = []
+    for arm in ("splade", "colbert"):
+        for commit, run in data[arm]["trained_by"].items():
+            rows.append([arm, str(data[arm]["steps"]), commit[:7], run["weights_sha256"][:16],
+                         _f(run["loss_history"][-1], 6), "yes" if data[arm]["codes_agree"] else "no"])  # fmt: skip
+    return _table(["arm", "steps", "code", "weights sha256 (first 16)", "last logged loss", "codes agree"], rows)
+
+
+def maxsim(path: Path) -> str:
+    """Exact MaxSim's and the multiply's GFLOP/s per thread count, and the exact index's queries/s."""
+    data = json.loads(path.read_text())
+    rows = []
+    for threads in (1, 2):
+        run = data[f"threads_{threads}"]
+        rows.append([str(threads), _f(run["gflops"]["multiply"], 1), _f(run["gflops"]["maxsim"], 1),
+                     f"{run['maxsim_share_of_multiply']:.0%}", _f(run["exact_index_queries_per_s"], 1)])  # fmt: skip
+    header = ["threads", "multiply GFLOP/s", "MaxSim GFLOP/s", "MaxSim / multiply", "exact index queries/s"]
+    return _table(header, rows)
