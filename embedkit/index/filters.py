@@ -65,6 +65,8 @@ def compile_filter(expression: str, fields: dict[str, str], flag: str = "--filte
         raise EmbedkitError("an empty filter; give a condition such as 'year >= 2020'", field=flag)
     if len(expression) > MAX_LENGTH:
         raise EmbedkitError(f"holds {len(expression)} characters; at most {MAX_LENGTH}", field=flag)
+    if "\0" in expression:  # Python's parser: a ValueError on some 3.11 releases, a SyntaxError on others
+        raise EmbedkitError(f"a NUL character at column {expression.index(chr(0)) + 1}", field=flag)
     try:
         tree = ast.parse(expression.strip(), mode="eval")
         params: list[Any] = []
