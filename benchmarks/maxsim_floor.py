@@ -14,7 +14,6 @@ one thread and with two. The exact index's nDCG@10 is checked against ``plaid_sc
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -28,14 +27,11 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import numpy as np
 import torch
+from plaid_scifact import arguments, scifact_tokens
 
-from embedkit import LateInteraction, load_dataset, load_model
 from embedkit.evaluation.metrics import compute_metrics
-from embedkit.index.multivector_exact import MultiVectorExactIndex
 from embedkit.multivector import PRODUCT_BLOCK, QUERY_BLOCK_TOKENS, maxsim
-from embedkit.search.late_interaction import LateInteractionRetrieval
 
-SCIFACT = Path(__file__).resolve().parents[2] / "shared" / "data" / "beir" / "scifact"
 RESULTS = Path(__file__).resolve().parent / "results"
 ROUNDS = 3
 
@@ -51,16 +47,8 @@ def multiply(queries: np.ndarray, documents: np.ndarray) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="runs/reproduce/late/models/colbert")
-    parser.add_argument("--cache", default="runs/finetune/cache")
-    args = parser.parse_args()
-    model = load_model(args.model, max_length=256)
-    data = load_dataset(SCIFACT)
-    queries = data.split_queries("test")
-    documents = LateInteractionRetrieval(model, LateInteraction(), args.cache).embeddings(data)
-    query_rows = model.encode_queries(list(queries.values()))
-    exact = MultiVectorExactIndex.build(documents)
+    args = arguments(__doc__.splitlines()[0])
+    data, queries, query_rows, exact = scifact_tokens(args.model, args.cache)
     tokens = exact.documents
     operations = 2 * len(query_rows.vectors) * len(tokens.vectors) * tokens.dim
     query32, corpus32 = query_rows.vectors.astype(np.float32), tokens.vectors.astype(np.float32)

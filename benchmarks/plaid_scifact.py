@@ -53,18 +53,28 @@ def recall(found, reference) -> float:
     return float(np.mean([len(set(a) & set(b)) / 10 for a, b in zip(found.ids, reference.ids)]))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def arguments(description: str) -> argparse.Namespace:
+    """The ColBERT model and its token cache (shared with ``maxsim_floor.py``)."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--model", default="runs/reproduce/late/models/colbert")
     parser.add_argument("--cache", default="runs/finetune/cache")
-    args = parser.parse_args()
-    model = load_model(args.model, max_length=256)
+    return parser.parse_args()
+
+
+def scifact_tokens(model_path: str, cache: str):
+    """SciFact, its test queries, their token vectors and the exact index over the documents' (documents at 256
+    tokens, as the late-interaction study scores them)."""
+    model = load_model(model_path, max_length=256)
     data = load_dataset(SCIFACT)
     queries = data.split_queries("test")
-    embeddings = LateInteractionRetrieval(model, LateInteraction(), args.cache).embeddings(data)
-    query_rows = model.encode_queries(list(queries.values()))
+    embeddings = LateInteractionRetrieval(model, LateInteraction(), cache).embeddings(data)
+    return data, queries, model.encode_queries(list(queries.values())), MultiVectorExactIndex.build(embeddings)
+
+
+def main() -> None:
+    args = arguments(__doc__.splitlines()[0])
+    data, queries, query_rows, exact = scifact_tokens(args.model, args.cache)
     qrels = data.qrels("test")
-    exact = MultiVectorExactIndex.build(embeddings)
     tokens = exact.documents
     results: dict = {"documents": len(exact), "tokens": len(tokens.vectors), "dim": tokens.dim,
                      "queries": len(queries), "model": args.model}  # fmt: skip
