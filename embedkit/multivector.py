@@ -141,8 +141,10 @@ def _length_blocks(lengths: np.ndarray, order: np.ndarray, tokens: int) -> Itera
     """Rows in ``order`` (shortest first), cut where padding them all to the block's longest exceeds ``tokens``."""
     start = 0
     while start < len(order):
-        # rows rise in length, so the block's padded size is its count times its last row's length
-        padded = np.arange(1, len(order) - start + 1) * np.maximum(lengths[order[start:]], 1)
+        # rows rise in length, so a block holds at most tokens // (its first row's length) rows, and its padded size
+        # is its count times its last row's length: only that window is looked at (linear in the corpus overall)
+        window = order[start : start + max(1, tokens // max(1, int(lengths[order[start]])))]
+        padded = np.arange(1, len(window) + 1) * np.maximum(lengths[window], 1)
         stop = start + max(1, int(np.searchsorted(padded > tokens, True)))
         yield order[start:stop]
         start = stop
