@@ -4,7 +4,8 @@ Each child runs the real entry point as a program (``embedkit.cli.main()`` with 
 its exit codes) with stdout and stderr in files, so a native crash or a hang ends that child only: the parent reports
 its exit status or signal and kills it after ``timeout``. Requests and answers are JSON lines on stdin and stdout:
 
-- ``{"op": "run", "argv": [...], "cwd": ..., "timeout": s}`` → ``{"code", "signal", "timed_out", "stdout", "stderr",
+- ``{"op": "run", "argv": [...], "cwd": ..., "env": {...}, "timeout": s}`` (``env``: the child's whole
+  environment, optional) → ``{"code", "signal", "timed_out", "stdout", "stderr",
   "seconds"}`` once the child ends;
 - ``{"op": "start", ...}`` → ``{"pid", "out", "err"}`` at once; ``{"op": "wait", "pid", "out", "err", "timeout"}``
   → the same answer as ``run`` (the test sends its own signals in between); ``{"op": "poll", ...}`` → that answer
@@ -19,6 +20,7 @@ import signal
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import faiss  # noqa: F401  (imported once here, so each child starts warm)
 import sentence_transformers  # noqa: F401
@@ -27,8 +29,18 @@ import torch  # noqa: F401
 import embedkit.cli
 
 
-def _child(argv: list[str], cwd: str, out: str, err: str) -> None:
+def _child(argv: list[str], cwd: str, env: dict[str, str], out: str, err: str) -> None:
     os.chdir(cwd)
+    if env:  # the whole environment the command would have been started with
+        os.environ.clear()
+        os.environ.update(env)
+    if "HF_DATASETS_CACHE" in env:  # read by datasets when imported, which the zygote did before this child's env
+        import datasets.config
+
+        cache = Path(env["HF_DATASETS_CACHE"]).expanduser()
+        datasets.config.HF_DATASETS_CACHE = cache
+        datasets.config.DOWNLOADED_DATASETS_PATH = cache / datasets.config.DOWNLOADED_DATASETS_DIR
+        datasets.config.EXTRACTED_DATASETS_PATH = cache / datasets.config.EXTRACTED_DATASETS_DIR
     for fd, path in ((1, out), (2, err)):
         handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(handle, fd)
@@ -55,7 +67,7 @@ def _start(request: dict) -> dict:
     pid = os.fork()
     if pid == 0:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
-        _child(request["argv"], request["cwd"], out, err)
+        _child(request["argv"], request["cwd"], request.get("env", {}), out, err)
     return {"pid": pid, "out": out, "err": err, "started": time.monotonic()}
 
 

@@ -7,6 +7,7 @@ import json
 import os
 import random
 import subprocess
+import sys
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -319,6 +320,103 @@ def embedkit_here(*args) -> subprocess.CompletedProcess:
         except SystemExit as exit:
             code = exit.code if isinstance(exit.code, int) else int(exit.code is not None)
     return subprocess.CompletedProcess(["embedkit", *argv], code, stdout.getvalue(), stderr.getvalue())
+
+
+class CliZygote:
+    """The client of ``cli_zygote.py``: a warm process that imports torch and sentence-transformers once and forks a
+    child per command, so a CLI test pays for a program's run, not a fresh interpreter's imports (about 7 s each)."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        import threading
+
+        self.lock = threading.Lock()
+        self.process = subprocess.Popen(
+            [sys.executable, str(Path(__file__).with_name("cli_zygote.py"))],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env={**env, "HF_HUB_DISABLE_PROGRESS_BARS": "1"},
+            text=True,
+        )
+
+    def ask(self, request: dict) -> dict:
+        with self.lock:
+            self.process.stdin.write(json.dumps(request) + "\n")
+            self.process.stdin.flush()
+            answer = self.process.stdout.readline()
+        if not answer:
+            raise RuntimeError(f"the CLI zygote ended (exit {self.process.wait()})")
+        return json.loads(answer)
+
+    def close(self) -> None:
+        self.process.stdin.close()
+        self.process.wait(timeout=60)
+
+
+_ZYGOTE: list[CliZygote] = []  # this worker's, started on first use
+
+
+def cli_env(cache: Path) -> dict[str, str]:
+    """A CLI run's environment: offline, its embedkit and datasets caches under ``cache``."""
+    return {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "EMBEDKIT_CACHE": str(cache / "embedkit"),
+        "HF_DATASETS_CACHE": str(cache / "datasets"),
+    }
+
+
+def _zygote() -> CliZygote:
+    if not _ZYGOTE or _ZYGOTE[0].process.poll() is not None:
+        _ZYGOTE[:] = [CliZygote(cli_env(REPO / ".cache" / "zygote"))]
+    return _ZYGOTE[0]
+
+
+class ForkedCli:
+    """``embedkit ARGS`` started as its own process, as ``subprocess.Popen`` would start it (in ``cwd``, with this
+    process's environment, the caches under ``cache`` where given), but forked from this worker's warm zygote:
+    ``pid``, ``poll``, ``wait``, ``communicate`` and ``returncode`` as ``Popen`` has them."""
+
+    def __init__(self, args, cwd: Path | None = None, cache: Path | None = None) -> None:
+        self.args = ["embedkit", *(str(arg) for arg in args)]
+        env = dict(os.environ) if cache is None else cli_env(cache)
+        request = {"op": "start", "argv": self.args[1:], "cwd": str(cwd or Path.cwd()), "env": env}
+        self.started = _zygote().ask(request)
+        self.pid, self.returncode, self.answer = self.started["pid"], None, None
+
+    def _end(self, answer: dict, timeout: float) -> None:
+        if answer["timed_out"]:
+            raise subprocess.TimeoutExpired(self.args, timeout, answer["stdout"], answer["stderr"])
+        self.answer, self.returncode = answer, answer["code"]
+
+    def poll(self) -> int | None:
+        if self.answer is None and not (answer := _zygote().ask({**self.started, "op": "poll"})).get("running"):
+            self._end(answer, 0)
+        return self.returncode
+
+    def wait(self, timeout: float = 600) -> int:
+        """The exit code (the child is killed after ``timeout``, and ``TimeoutExpired`` raised)."""
+        if self.answer is None:
+            self._end(_zygote().ask({**self.started, "op": "wait", "timeout": timeout}), timeout)
+        return self.returncode
+
+    def communicate(self, timeout: float = 600) -> tuple[str, str]:
+        self.wait(timeout)
+        return self.answer["stdout"], self.answer["stderr"]
+
+
+def run_cli(args, cwd: Path | None = None, cache: Path | None = None, timeout: float = 600):
+    """``embedkit ARGS`` run to its end as ``subprocess.run`` would (a ``ForkedCli``): a ``CompletedProcess``."""
+    process = ForkedCli(args, cwd, cache)
+    stdout, stderr = process.communicate(timeout)
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    for zygote in _ZYGOTE:
+        zygote.close()
 
 
 def kill_when(command: list[str], ready, timeout: float = 300.0) -> None:

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from conftest import cli_env, run_cli
 
 from embedkit.storage import is_litter
 
@@ -31,30 +32,6 @@ DOCS = [
 ]
 QUERIES = [{"_id": "q1", "text": "alpha"}, {"_id": "q2", "text": "delta"}]
 QRELS = "query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td2\t1\n"
-
-
-def _env(cache: Path) -> dict[str, str]:
-    return {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        "HF_DATASETS_OFFLINE": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-        "EMBEDKIT_CACHE": str(cache / "embedkit"),
-        "HF_DATASETS_CACHE": str(cache / "datasets"),
-    }
-
-
-def run_cli(args: list[str], cwd: Path, cache: Path, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "embedkit.cli", *args],
-        cwd=cwd,
-        env=_env(cache),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        **kwargs,
-    )
 
 
 def fingerprint(*roots: Path) -> dict[str, tuple]:
@@ -782,7 +759,7 @@ def test_ctrl_c_during_encode_says_what_was_kept_and_a_rerun_resumes(assets, tmp
     # started with SIGINT ignored never raises KeyboardInterrupt, so the encode would simply finish
     process = subprocess.Popen(
         command,
-        env=_env(assets["cache"]),
+        env=cli_env(assets["cache"]),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

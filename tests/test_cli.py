@@ -8,13 +8,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import run_cli
 
 CLI = [sys.executable, "-c", "from embedkit.cli import main; main()"]
 VERBS = ("encode", "index", "search", "evaluate", "rerank", "mine", "rescore", "train", "merge")
 
 
-def embedkit(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*CLI, *map(str, args)], capture_output=True, text=True)
+def embedkit(*args: object) -> subprocess.CompletedProcess:
+    return run_cli(args)
 
 
 @pytest.mark.parametrize("verb", VERBS)

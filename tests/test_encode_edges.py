@@ -13,7 +13,8 @@ import re
 
 import numpy as np
 import pytest
-from test_bad_input import dataset, fingerprint, litter, run_cli
+from conftest import run_cli
+from test_bad_input import dataset, fingerprint, litter
 
 from embedkit import EmbedkitError, load_model
 from embedkit.encode.writer import encode_to_folder

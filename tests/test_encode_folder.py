@@ -6,22 +6,18 @@ import json
 import os
 import re
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import ForkedCli
 
 from embedkit import EmbeddingsFolder, EmbedkitError, encode_to_folder, load_model
 
-CLI = [sys.executable, "-c", "from embedkit.cli import main; main()"]
 
-
-def _encode(corpus: Path, output: Path, *extra: str) -> subprocess.Popen:
-    args = [*CLI, "encode", "--corpus", str(corpus), "--output", str(output), "--shard-size", "10", *extra]
-    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy())
+def _encode(corpus: Path, output: Path, *extra: str) -> ForkedCli:
+    return ForkedCli(["encode", "--corpus", corpus, "--output", output, "--shard-size", "10", *extra])
 
 
 def _complete_shards(folder: Path) -> int:

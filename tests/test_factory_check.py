@@ -13,9 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from conftest import run_cli
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from test_bad_input import run_cli
 
 from embedkit.errors import EmbedkitError
 from embedkit.index import check_factory
@@ -73,7 +73,8 @@ def test_good_factories_still_build(embeddings, tmp_path, factory):
     "factory",
     ["", " Flat", "HNSW1_Flat", "Flat,IDMap2", "RR0,Flat", "OPQ4_0,PQ4", "PCA0,Flat", "RQ0x8", "ZnLattice0x0_0",
      "NSG15", "IVF99999999999,Flat", "IVF4(HNSW0),Flat", "PQ4,Refine(HNSW1)", "PQ4x4fs_0", "BIVF4_HNSW1", "BHash4x9",
-     "LSH", "IMI2x2,Flat", "BIVF-5", "IVF0,Flat", "Flat,PQ8", 7, None],
+     "LSH", "IMI2x2,Flat", "BIVF-5", "IVF0,Flat", "Flat,PQ8", "HNSW2,Refine(IVF1,Flat)", "PQ4,Refine(PCA16,IVF4,SQ8)",
+     7, None],
 )  # fmt: skip
 def test_library_check_refuses(factory):
     with pytest.raises(EmbedkitError) as refused:
@@ -85,7 +86,7 @@ def test_library_check_refuses(factory):
     "factory",
     ["Flat", "HNSW32", "HNSW", "HNSW16_SQ8", "HNSW8,PQ4", "NSG32", "IVF4,Flat", "IVF4_HNSW8,SQ8", "OPQ8_32,IVF4,PQ8",
      "PCA16,IVF4,SQfp16", "IVF4,PQ8,RFlat", "PQ8,Refine(SQ8)", "IVF4,PQ8x4fs", "RR64,Flat", "L2norm,Flat", "BFlat",
-     "BIVF4_HNSW8", "BHash2x8"],
+     "HNSW8,Refine(PCA16,Flat)", "BIVF4_HNSW8", "BHash2x8"],
 )  # fmt: skip
 def test_library_check_accepts(factory):
     assert check_factory(factory, DIM, count=COUNT) == factory
@@ -141,6 +142,7 @@ except RuntimeError as err:
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(FACTORY)
+@example("HNSW2,Refine(IVF1,Flat)")  # FAISS aborted on it: an inverted file cannot refine
 def test_nothing_accepted_crashes_faiss(factory):
     try:
         check_factory(factory, DIM, metric="l2", count=COUNT)

@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import write_scifact_slice
-from test_bad_input import _env, litter
+from conftest import cli_env, write_scifact_slice
+from test_bad_input import litter
 
 from embedkit.storage import tree_bytes
 
@@ -66,7 +66,7 @@ def outputs(tmp_path_factory, scifact) -> dict:
     ]
     for args in steps:
         done = subprocess.run(
-            [sys.executable, "-m", "embedkit.cli", *args], cwd=work, env=_env(cache), capture_output=True, text=True
+            [sys.executable, "-m", "embedkit.cli", *args], cwd=work, env=cli_env(cache), capture_output=True, text=True
         )
         assert done.returncode == 0, done.stderr
     return {"work": work, "cut": cut, "cache": cache}
@@ -108,7 +108,7 @@ def test_full_disk_keeps_the_old_output(outputs, verb, tmp_path):
     done = subprocess.run(
         [*_unshare(), "sh", "-c", shell, script],
         cwd=outputs["work"],
-        env=_env(outputs["cache"]),
+        env=cli_env(outputs["cache"]),
         capture_output=True,
         text=True,
         timeout=900,

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_bad_input import fingerprint, run_cli
+from conftest import run_cli
+from test_bad_input import fingerprint
 
 from embedkit.data.beir import load_corpus, load_dataset
 from embedkit.data.trec import TIE_BREAK, read_run, write_run

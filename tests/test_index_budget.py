@@ -5,20 +5,19 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import faiss
 import pytest
+from conftest import run_cli
 
 from embedkit import EmbedkitError, Index
 from embedkit.index.budget import parse_size, plan_candidates
 
-CLI = [sys.executable, "-c", "from embedkit.cli import main; main()"]
 GIB, MIB = 1 << 30, 1 << 20
 
 
 def embedkit(*args: object) -> subprocess.CompletedProcess:
-    return subprocess.run([*CLI, *map(str, args)], capture_output=True, text=True)
+    return run_cli(args)
 
 
 def test_sizes_parse():

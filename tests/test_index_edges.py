@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_bad_input import run_cli
+from conftest import run_cli
 
 from embedkit.errors import EmbedkitError
 from embedkit.index import Index

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import faiss
 import numpy as np
 import pytest
+from conftest import run_cli
 
 from embedkit import EmbedkitError, Index
 from embedkit.data.trec import read_run
@@ -16,12 +16,11 @@ from embedkit.evaluation.metrics import compute_metrics
 from embedkit.index.tune import tune
 from embedkit.index.vectors import Vectors
 
-CLI = [sys.executable, "-c", "from embedkit.cli import main; main()"]
 FLAT_NDCG_AT_10 = 0.6451  # the default model on SciFact test, exact search (tests/test_metrics.py pins it too)
 
 
 def embedkit(*args: object) -> subprocess.CompletedProcess:
-    return subprocess.run([*CLI, *map(str, args)], capture_output=True, text=True)
+    return run_cli(args)
 
 
 @pytest.fixture(scope="module")

@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import sweep_label, sweep_random, write_scifact_slice
-from test_bad_input import _env, litter
+from conftest import cli_env, sweep_label, sweep_random, write_scifact_slice
+from test_bad_input import litter
 
 LINE = "embedkit: error: interrupted; "
 
@@ -29,7 +29,7 @@ def _run(args: list[str], cwd: Path, cache: Path, interrupt_at: float | None = N
     process = subprocess.Popen(
         [sys.executable, "-m", "embedkit.cli", *args],
         cwd=cwd,
-        env=_env(cache),
+        env=cli_env(cache),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -152,7 +152,7 @@ def test_second_ctrl_c_exits_at_once(verbs):
     process = subprocess.Popen(
         [sys.executable, "-m", "embedkit.cli", *spec["args"]],
         cwd=work,
-        env=_env(cache),
+        env=cli_env(cache),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -18,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import cli_env
 
 from embedkit.report.markdown import render_markdown
 from embedkit.storage import is_litter
@@ -27,22 +27,11 @@ CALLS = ("rename", "renameat", "renameat2", "unlink", "unlinkat", "rmdir")
 LINE = re.compile(r"^(?:(\d+)\s+)?(\w+)\((.*)\)\s+=\s+(-?\d+)")
 
 
-def _env(cache: Path) -> dict[str, str]:
-    return {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "HF_DATASETS_OFFLINE": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-        "EMBEDKIT_CACHE": str(cache / "embedkit"),
-        "HF_DATASETS_CACHE": str(cache / "datasets"),
-    }
-
-
 def _cli(args: list[str], cwd: Path, cache: Path, strace: list[str] | None = None) -> subprocess.CompletedProcess:
     command = [sys.executable, "-m", "embedkit.cli", *args]
     if strace is not None:
         command = ["strace", "-qq", *strace, *command]  # the main thread: where embedkit renames and deletes
-    return subprocess.run(command, cwd=cwd, env=_env(cache), capture_output=True, text=True, timeout=600)
+    return subprocess.run(command, cwd=cwd, env=cli_env(cache), capture_output=True, text=True, timeout=600)
 
 
 def kill_points(args: list[str], cwd: Path, cache: Path, target: str) -> list[tuple[str, int, str]]:

@@ -11,22 +11,18 @@ runs; ``EMBEDKIT_TEST_SEED`` replays a run), then values ``hypothesis`` draws.
 from __future__ import annotations
 
 import inspect
-import json
 import os
 import re
 import signal
 import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import httpx
 import pytest
-from conftest import sweep_label, sweep_random, write_scifact_slice
+from conftest import CliZygote, cli_env, sweep_label, sweep_random, write_scifact_slice
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_bad_input import _env
 
 import embedkit.cli as cli
 from embedkit.cli.options import _flag_of, _numeric
@@ -59,33 +55,13 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-class Zygote:
-    def __init__(self, cache: Path) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, str(Path(__file__).with_name("cli_zygote.py"))],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            env={**_env(cache), "OMP_NUM_THREADS": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"},
-            text=True,
-        )
-
-    def ask(self, request: dict) -> dict:
-        self.process.stdin.write(json.dumps(request) + "\n")
-        self.process.stdin.flush()
-        return json.loads(self.process.stdout.readline())
-
-    def close(self) -> None:
-        self.process.stdin.close()
-        self.process.wait(timeout=60)
-
-
 @pytest.fixture(scope="module")
 def world(tmp_path_factory, scifact):
     """A small cut, its embeddings and index, a warm cache, and the zygote."""
     work = tmp_path_factory.mktemp("numeric")
     cut = write_scifact_slice(work / "cut", scifact, {"test": 10}, 60, 100)
     cache = work / "cache"
-    zygote = Zygote(cache)
+    zygote = CliZygote({**cli_env(cache), "OMP_NUM_THREADS": "1"})
     for args in (["encode", "-d", str(cut), "-o", "emb"], ["index", "-e", "emb", "-o", "idx"]):
         done = zygote.ask({"op": "run", "argv": args, "cwd": str(work), "timeout": TIMEOUT})
         assert done["code"] == 0, done["stderr"]

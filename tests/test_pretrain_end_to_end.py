@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from conftest import kill_when, write_jsonl
+from conftest import kill_when, run_cli, write_jsonl
 from transformers import AutoModel, AutoTokenizer
 
 from embedkit import EmbedkitError, load_dataset, load_model
@@ -19,6 +19,11 @@ from embedkit.train import TrainConfig, train, training_record
 from embedkit.training.evaluator import EncoderEvaluation, RetrievalEvaluator
 
 CLI = [sys.executable, "-c", "from embedkit.cli import main; main()"]
+
+
+def _program(command: list[str]) -> subprocess.CompletedProcess:
+    """``command`` (``CLI`` and its arguments) run to its end, forked from the warm zygote (``conftest.run_cli``)."""
+    return run_cli(command[len(CLI) :])
 
 
 def test_pretrain_saves_an_encoder_that_loads_and_fine_tunes(tiny_bert, scifact_subset, tmp_path):
@@ -111,9 +116,8 @@ def test_dupmae_and_idf_masking_from_a_jsonl_corpus(tiny_bert, scifact, tmp_path
 def test_cli_pretrains_mlm_from_random_weights_and_reports_user_errors(tiny_bert, tmp_path):
     texts = tmp_path / "texts.txt"
     texts.write_text("Aspirin lowers fever.\nStatins lower cholesterol in adults.\n\nVitamin D and bone density.\n")
-    result = subprocess.run(
+    result = run_cli(
         [
-            *CLI,
             "pretrain",
             "--objective",
             "mlm",
@@ -129,9 +133,7 @@ def test_cli_pretrains_mlm_from_random_weights_and_reports_user_errors(tiny_bert
             "32",
             "-o",
             str(tmp_path / "mlm"),
-        ],
-        capture_output=True,
-        text=True,
+        ]
     )
     assert result.returncode == 0, result.stderr[-2000:]
     record = pretraining_record(tmp_path / "mlm")
@@ -141,11 +143,7 @@ def test_cli_pretrains_mlm_from_random_weights_and_reports_user_errors(tiny_bert
     bad = write_jsonl(tmp_path / "bad.jsonl", [{"text": "fine"}])
     with open(bad, "a") as handle:
         handle.write('{"title": "no text"}\n')
-    failed = subprocess.run(
-        [*CLI, "pretrain", "--model", str(tiny_bert), "--data", str(bad), "-o", str(tmp_path / "x")],
-        capture_output=True,
-        text=True,
-    )
+    failed = run_cli(["pretrain", "--model", str(tiny_bert), "--data", str(bad), "-o", str(tmp_path / "x")])
     assert failed.returncode == 2, failed.stderr[-2000:]
     assert failed.stderr.strip().splitlines() == [f"embedkit: error: {bad}:2: field 'text': missing"]
 
@@ -254,7 +252,7 @@ def test_cli_pretrains_with_tsdae_and_the_output_fine_tunes(tiny_bert, scifact_s
     output = tmp_path / "tsdae"
     args = [*CLI, "pretrain", "--objective", "tsdae", "--model", str(tiny_bert), "--dataset", str(scifact_subset)]
     args += ["--batch-size", "4", "--max-steps", "3", "--head-warmup-steps", "1", "--max-length", "32"]
-    result = subprocess.run([*args, "--logging-steps", "1", "-o", str(output)], capture_output=True, text=True)
+    result = _program([*args, "--logging-steps", "1", "-o", str(output)])
     assert result.returncode == 0, result.stderr[-2000:]
     record = pretraining_record(output)
     assert record["steps"] == 3 and record["masks"] == "60% of words deleted from the encoder's input"

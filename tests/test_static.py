@@ -5,19 +5,19 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import run_cli
 
 pytest.importorskip("model2vec", reason="the static extra (pip install 'embedkit[static]') is not installed")
 
 DIMS = 64
 
 
-def embedkit(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "embedkit", *args], capture_output=True, text=True)
+def embedkit(*args: object) -> subprocess.CompletedProcess:
+    return run_cli(args)
 
 
 @pytest.fixture(scope="module")

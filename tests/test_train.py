@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import kill_when, write_jsonl
+from conftest import kill_when, run_cli, write_jsonl
 from sentence_transformers import SentenceTransformer
 
 from embedkit import EmbedkitError, evaluate, load_model
@@ -38,6 +38,11 @@ def triples(scifact_subset, tmp_path_factory):
             }
         )
     return write_jsonl(tmp_path_factory.mktemp("train") / "triples.jsonl", rows)
+
+
+def _program(command: list[str]) -> subprocess.CompletedProcess:
+    """``command`` (``CLI`` and its arguments) run to its end, forked from the warm zygote (``conftest.run_cli``)."""
+    return run_cli(command[len(CLI) :])
 
 
 def test_supervised_training_saves_a_model_both_libraries_load(tiny_bert, triples, scifact_subset, tmp_path):
@@ -92,12 +97,10 @@ def test_a_rerun_resumes_only_its_own_unfinished_run(tiny_bert, triples, tmp_pat
     )
     assert not output.exists() and (partial / "run.json").is_file()
 
-    other = subprocess.run([*args, "--max-steps", "400", "--learning-rate", "1e-3"], capture_output=True, text=True)
+    other = _program([*args, "--max-steps", "400", "--learning-rate", "1e-3"])
     assert "unfinished run with other settings (differs in: learning_rate)" in _stderr_line(other)
 
-    resumed = subprocess.run(
-        [*args, "--max-steps", "40", "--learning-rate", "1e-3", "--resume"], capture_output=True, text=True
-    )
+    resumed = _program([*args, "--max-steps", "40", "--learning-rate", "1e-3", "--resume"])
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     record = training_record(output)
     assert record["resumed_from"].startswith("checkpoint-") and record["steps"] == 40
@@ -105,21 +108,18 @@ def test_a_rerun_resumes_only_its_own_unfinished_run(tiny_bert, triples, tmp_pat
     assert not partial.exists()
 
     weights = (output / "model.safetensors").read_bytes()
-    same = subprocess.run([*args, "--max-steps", "40", "--learning-rate", "1e-3"], capture_output=True, text=True)
+    same = _program([*args, "--max-steps", "40", "--learning-rate", "1e-3"])
     assert same.returncode == 0 and (output / "model.safetensors").read_bytes() == weights  # done: nothing to do
-    longer = subprocess.run([*args, "--max-steps", "44", "--learning-rate", "1e-3"], capture_output=True, text=True)
+    longer = _program([*args, "--max-steps", "44", "--learning-rate", "1e-3"])
     assert "trained with other settings (differs in: max_steps); pass --overwrite" in _stderr_line(longer)
     assert (output / "model.safetensors").read_bytes() == weights
-    replaced = subprocess.run(
-        [*args, "--max-steps", "4", "--learning-rate", "1e-3", "--overwrite"], capture_output=True, text=True
-    )
+    replaced = _program([*args, "--max-steps", "4", "--learning-rate", "1e-3", "--overwrite"])
     assert replaced.returncode == 0 and training_record(output)["steps"] == 4 and not partial.exists()
 
 
 def test_gradcache_and_matryoshka_train_through_the_cli(tiny_bert, triples, tmp_path):
-    result = subprocess.run(
+    result = run_cli(
         [
-            *CLI,
             "train",
             "--model",
             str(tiny_bert),
@@ -137,9 +137,7 @@ def test_gradcache_and_matryoshka_train_through_the_cli(tiny_bert, triples, tmp_
             "2",
             "--output",
             str(tmp_path / "m"),
-        ],
-        capture_output=True,
-        text=True,
+        ]
     )
     assert result.returncode == 0, result.stderr[-2000:]
     record = json.loads((tmp_path / "m" / "embedkit_training.json").read_text())

@@ -114,13 +114,14 @@ def _binary(parse: _Parse, text: str, dim: int | None) -> None:
     raise parse.refuse(f"not a binary factory embedkit can check (supported: {SUPPORTED})")
 
 
-def _float(parse: _Parse, text: str, dim: int | None) -> None:
-    """FAISS's driver: refinement suffixes, then pre-transforms (which change the dimension), then one index."""
+def _float(parse: _Parse, text: str, dim: int | None, refining: bool = False) -> None:
+    """FAISS's driver: refinement suffixes, then pre-transforms (which change the dimension), then one index;
+    ``refining``: ``text`` is the index inside ``Refine(...)``, which FAISS reads vectors back from one by one."""
     if match := re.fullmatch(r"(.+),RFlat", text):
-        return _float(parse, match[1], dim)
+        return _float(parse, match[1], dim, refining)
     if match := re.fullmatch(r"(.+),Refine\((.+)\)", text):
-        _float(parse, match[1], dim)
-        return _float(parse, match[2], dim)
+        _float(parse, match[1], dim, refining)
+        return _float(parse, match[2], dim, refining=True)
     while (match := re.fullmatch(r"([^,]+),(.*)", text)) and (changed := _transform(parse, match[1], dim)):
         dim, text = changed[1], match[2]
     if "(" in text or ")" in text:
@@ -141,6 +142,8 @@ def _float(parse: _Parse, text: str, dim: int | None) -> None:
         return
     coarse, _, code = text.partition(",")
     if code and _coarse(parse, coarse):
+        if refining:  # FAISS aborts the process: an inverted file reads a vector back only with a direct map
+            raise parse.refuse(f"'{text}' cannot refine: use Flat, SQ..., PQ... or HNSW inside Refine(...)")
         if code in ("Flat", "FlatDedup") or _quantizer(parse, code, dim) or _fast_scan(parse, code, dim, "r?"):
             return
         raise parse.refuse(f"'{code}' is not an IVF code embedkit can check (Flat, FlatDedup, SQ..., PQ...)")
