@@ -329,12 +329,14 @@ class CliZygote:
     def __init__(self, env: dict[str, str]) -> None:
         import threading
 
+        from embedkit.cli import QUIET_LIBRARIES
+
         self.lock = threading.Lock()
         self.process = subprocess.Popen(
             [sys.executable, str(Path(__file__).with_name("cli_zygote.py"))],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            env={**env, "HF_HUB_DISABLE_PROGRESS_BARS": "1"},
+            env={**QUIET_LIBRARIES, **env},  # as the CLI sets them before it imports the libraries
             text=True,
         )
 

@@ -97,6 +97,34 @@ def test_ondisk_ivf_equals_in_memory(folder, vectors, query_vectors, factory, tm
         _same(expected, Index.load(path).search(query_vectors, 10))
 
 
+def test_on_disk_lists_leave_stdout_alone(folder, query_vectors, tmp_path, capfd):
+    """Building, moving, opening and searching an on-disk index prints nothing and never points this process's
+    stdout elsewhere, as a second thread sampling descriptor 1 throughout sees (FAISS prints as it merges and as it
+    maps lists from a moved folder; that used to be silenced by pointing descriptor 1 at /dev/null meanwhile)."""
+    import threading
+
+    seen, stop = set(), threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            seen.add(os.readlink("/proc/self/fd/1"))
+
+    before = os.readlink("/proc/self/fd/1")
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        settings = BuildSettings("IVF16,Flat", train_size=TRAIN_SIZE, seed=SEED, use_gpu=False, nprobe=4)
+        expected = build_ondisk(folder, tmp_path / "idx", settings).search(query_vectors, 10)
+        os.rename(tmp_path / "idx", tmp_path / "moved")
+        for _ in range(20):
+            _same(expected, Index.load(tmp_path / "moved").search(query_vectors, 10))
+    finally:
+        stop.set()
+        sampler.join()
+    assert seen == {before}
+    assert capfd.readouterr().out == ""
+
+
 def test_streamed_build_equals_in_memory_build(folder, vectors):
     """Sample drawn across the shards and shard-by-shard adding give the very same FAISS index as Index.build."""
     embeddings, ids = vectors

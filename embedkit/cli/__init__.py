@@ -101,8 +101,18 @@ def _raised_by_an_interrupt(err: BaseException) -> bool:
     return False
 
 
+QUIET_LIBRARIES = {
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+    "HF_DATASETS_DISABLE_PROGRESS_BARS": "1",
+    "TRANSFORMERS_VERBOSITY": "error",
+}
+
+
 def _run(argv: list[str] | None) -> None:
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # weight-loading bars are noise on a command line
+    # A command line shows embedkit's own lines: the libraries' bars and chatter are off unless the user's
+    # environment says otherwise (set before they are imported; the library itself never changes them)
+    for name, value in QUIET_LIBRARIES.items():
+        os.environ.setdefault(name, value)
     try:
         _register()
         code = app(args=argv, prog_name="embedkit", standalone_mode=False)

@@ -87,8 +87,6 @@ def arrow_from_generator(
 
     ``datasets`` caches the result by the generator and ``gen_kwargs``, so pass a content stamp among them.
     """
-    bars_were_on = datasets.is_progress_bar_enabled()
-    datasets.disable_progress_bars()  # a cache write, not work the user waits on
     try:
         return datasets.Dataset.from_generator(generator, gen_kwargs=gen_kwargs, features=features)
     except datasets.exceptions.DatasetGenerationError as err:
@@ -98,9 +96,6 @@ def arrow_from_generator(
         if cause is None:
             raise
         raise cause from None
-    finally:
-        if bars_were_on:
-            datasets.enable_progress_bars()
 
 
 def load_queries(path: Path) -> dict[str, str]:

@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import ctypes
 import os
 import shutil
-import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -33,28 +29,6 @@ def is_partitioned(path: str | Path) -> bool:
     return read_meta(Path(path)).get("format") in PARTITIONED_FORMATS
 
 
-@contextmanager
-def quiet_faiss() -> Iterator[None]:
-    """Drop what FAISS's on-disk lists print to the C stdout ("resizing ...", "updating ondisk filename ..."),
-    which would otherwise end up in the CLI's output; a no-op where the C library cannot be reached."""
-    try:
-        libc = ctypes.CDLL(None)
-        saved = os.dup(1)
-    except (OSError, AttributeError, TypeError):
-        yield
-        return
-    sys.stdout.flush()
-    libc.fflush(None)
-    try:
-        with open(os.devnull, "w") as null:
-            os.dup2(null.fileno(), 1)
-        yield
-    finally:
-        libc.fflush(None)
-        os.dup2(saved, 1)
-        os.close(saved)
-
-
 def ondisk_lists(index: faiss.Index) -> Any:
     """The ``OnDiskInvertedLists`` of an IVF index (through OPQ and other pre-transforms), else ``None``."""
     ivf = faiss.try_extract_index_ivf(index)
@@ -70,13 +44,28 @@ def read_index_file(path: Path, binary: bool = False, on_disk: bool = False) -> 
     try:
         if binary:
             return faiss.read_index_binary(str(path))
-        if not on_disk and not (path.parent / IVFDATA).exists():
+        if not on_disk and not (path.parent / IVFDATA).exists():  # lists in the file (SAME_DIR: never elsewhere's)
             return faiss.read_index(str(path), faiss.IO_FLAG_ONDISK_SAME_DIR)
-        with quiet_faiss():
-            flags = faiss.IO_FLAG_ONDISK_SAME_DIR | (faiss.IO_FLAG_READ_ONLY if on_disk else 0)
-            return faiss.read_index(str(path), flags)
+        return _map_lists(path, read_only=on_disk)
     except RuntimeError as err:
         raise EmbedkitError(f"not a readable FAISS index ({faiss_reason(err)})", path=path) from None
+
+
+def _map_lists(path: Path, read_only: bool) -> faiss.Index:
+    """The index at ``path`` with its on-disk lists mapped from the ``index.ivfdata`` beside it, wherever the folder
+    now lies: the header is read without the lists, which are then mapped. (FAISS's ``IO_FLAG_ONDISK_SAME_DIR``
+    does the same but prints to the C stdout on every read, and silencing that means pointing the process's
+    stdout elsewhere while it runs.)"""
+    index = faiss.read_index(str(path), faiss.IO_FLAG_SKIP_IVF_DATA)
+    lists = ondisk_lists(index)
+    if lists is None:  # lists in the file itself: read them
+        return faiss.read_index(str(path))
+    data = (path.parent / IVFDATA).resolve()
+    if not data.is_file() or data.stat().st_size < lists.totsize:
+        raise EmbedkitError(f"missing or shorter than the {lists.totsize} bytes its index maps", path=data)
+    lists.filename, lists.read_only = str(data), read_only
+    lists.do_mmap()
+    return index
 
 
 def read_index_folder(path: Path) -> tuple[faiss.Index | faiss.IndexBinary, list[str], dict[str, Any]]:

@@ -8,6 +8,8 @@ that file, so memory holds the quantizer and the document ids only.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,30 +29,43 @@ from embedkit.index.faiss_helpers import (
     to_gpu,
 )
 from embedkit.index.faiss_index import Index
-from embedkit.index.index_files import quiet_faiss
+from embedkit.index.index_files import read_index_file
 from embedkit.index.vectors import Vectors
 from embedkit.outputs import replace_folder
 
+# FAISS's merge prints "resizing ..." to the C stdout, unconditionally: it runs in a child whose stdout is dropped,
+# so this process's descriptors stay as they are. argv: the trained empty index, the lists file, the merged index's
+# path, then the blocks (mapped, never read into memory).
+MERGE = """
+import sys, faiss
+trained, ivfdata, output, *blocks = sys.argv[1:]
+merged = faiss.read_index(trained)
+ivf = faiss.extract_index_ivf(merged)
+parts = [faiss.read_index(block, faiss.IO_FLAG_MMAP) for block in blocks]
+pointers = faiss.InvertedListsPtrVector()
+for part in parts:
+    pointers.push_back(faiss.extract_index_ivf(part).invlists)
+lists = faiss.OnDiskInvertedLists(ivf.nlist, ivf.code_size, ivfdata)
+merged.ntotal = ivf.ntotal = lists.merge_from_multiple(pointers.data(), pointers.size(), False)
+ivf.replace_invlists(lists, True)
+lists.this.disown()
+faiss.write_index(merged, output)
+"""
 
-def _merge_blocks(trained: faiss.Index, blocks: list[Path], ivfdata: Path) -> faiss.Index:
-    """``merge_ondisk`` over ``blocks`` into a copy of ``trained``, freeing the blocks' mapped lists afterwards.
 
-    (``faiss.contrib.ondisk.merge_ondisk`` leaks them, which keeps the deleted block files' disk space in use until
-    the process exits.)
-    """
-    merged = faiss.clone_index(trained)
-    merged_ivf = faiss.extract_index_ivf(merged)
-    parts = [faiss.read_index(str(block), faiss.IO_FLAG_MMAP) for block in blocks]  # mapped, never read into memory
-    pointers = faiss.InvertedListsPtrVector()
-    for part in parts:
-        pointers.push_back(faiss.extract_index_ivf(part).invlists)
-    lists = faiss.OnDiskInvertedLists(merged_ivf.nlist, merged_ivf.code_size, str(ivfdata))
-    with quiet_faiss():
-        merged.ntotal = merged_ivf.ntotal = lists.merge_from_multiple(pointers.data(), pointers.size(), False)
-    merged_ivf.replace_invlists(lists, True)
-    lists.this.disown()  # the merged index owns it now
-    del pointers, parts
-    return merged
+def _merge_blocks(trained: faiss.Index, blocks: list[Path], folder: Path) -> faiss.Index:
+    """``merge_ondisk`` over ``blocks`` into a copy of ``trained``, its lists in ``folder/index.ivfdata`` (the
+    procedure of ``faiss.contrib.ondisk.merge_ondisk``, in a child process: see ``MERGE``)."""
+    empty, merged = folder / "trained.index", folder / "merged.index"
+    faiss.write_index(trained, str(empty))
+    arguments = [str(empty), str((folder / IVFDATA).resolve()), str(merged), *map(str, blocks)]
+    done = subprocess.run([sys.executable, "-c", MERGE, *arguments], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    if done.returncode:
+        raise RuntimeError(f"merging the on-disk lists failed: {(done.stderr.strip().splitlines() or ['?'])[-1]}")
+    index = read_index_file(merged, on_disk=True)
+    empty.unlink()
+    merged.unlink()
+    return index
 
 
 def check_ondisk_factory(factory: str, dim: int = 8, metric: str = "ip") -> None:
@@ -104,7 +119,7 @@ def build_ondisk(
             blocks.append(tmp / f"block-{number:05d}.index")
             faiss.write_index(to_cpu(block), str(blocks[-1]))
             del block
-        merged = _merge_blocks(trained[0], blocks, tmp / IVFDATA)
+        merged = _merge_blocks(trained[0], blocks, tmp)
         for block in blocks:
             block.unlink()
         extra = {"on_disk": True, "ivfdata": IVFDATA, "blocks": len(blocks), **vectors.record(start, stop)}

@@ -12,7 +12,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
-from transformers.utils import logging as transformers_logging
 
 from embedkit.errors import EmbedkitError
 from embedkit.models.reference import default_model_path
@@ -28,15 +27,11 @@ def load_encoder(
         raise EmbedkitError("not a transformers model folder (no config.json)", path=path, field="model")
     try:
         tokenizer = AutoTokenizer.from_pretrained(source)
-        verbosity = transformers_logging.get_verbosity()
-        transformers_logging.set_verbosity_error()  # the report of a newly initialised MLM head is expected
-        try:
-            if model_config:
-                encoder = AutoModelForMaskedLM.from_config(AutoConfig.from_pretrained(source))
-            else:
-                encoder = AutoModelForMaskedLM.from_pretrained(source)
-        finally:
-            transformers_logging.set_verbosity(verbosity)
+        # transformers reports a newly initialised MLM head, at the verbosity its user chose
+        if model_config:
+            encoder = AutoModelForMaskedLM.from_config(AutoConfig.from_pretrained(source))
+        else:
+            encoder = AutoModelForMaskedLM.from_pretrained(source)
     except (OSError, ValueError) as err:
         raise EmbedkitError(f"cannot load a masked-LM model: {str(err).splitlines()[0]}", path=source) from None
     if tokenizer.mask_token_id is None:

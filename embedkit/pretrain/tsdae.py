@@ -20,7 +20,6 @@ from sentence_transformers.losses import DenoisingAutoEncoderLoss
 from sentence_transformers.sentence_transformer.modules import Pooling
 from torch import nn
 from transformers import PreTrainedTokenizerBase
-from transformers.utils import logging as transformers_logging
 
 from embedkit.errors import EmbedkitError
 from embedkit.models.reference import default_model_path
@@ -32,17 +31,13 @@ class TSDAE(nn.Module):
         path = Path(model or default_model_path()).expanduser()
         if not (path / "config.json").is_file():
             raise EmbedkitError("tsdae starts from a transformers model folder (no config.json)", path=path)
-        verbosity = transformers_logging.get_verbosity()
-        transformers_logging.set_verbosity_error()  # the decoder's new cross-attention and LM head are expected
-        try:
+        try:  # transformers reports the decoder's new cross-attention and LM head at its own verbosity
             transformer = Transformer(str(path), max_seq_length=max_length)
             pooled = Pooling(transformer.get_embedding_dimension(), pooling_mode=pooling)
             self.model = SentenceTransformer(modules=[transformer, pooled], device="cpu")
             self.loss = DenoisingAutoEncoderLoss(self.model, tie_encoder_decoder=True)
         except (OSError, ValueError) as err:
             raise EmbedkitError(f"cannot build the TSDAE decoder: {str(err).splitlines()[0]}", path=path) from None
-        finally:
-            transformers_logging.set_verbosity(verbosity)
 
     @property
     def tokenizer(self) -> PreTrainedTokenizerBase:
