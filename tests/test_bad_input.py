@@ -152,6 +152,13 @@ def _bm25(ds: Path, *extra: str) -> list[str]:
     return ["evaluate", "-d", str(ds), "-o", "out", "--retriever", "bm25", *extra]
 
 
+def _mined(work: Path) -> Path:
+    """Two training rows (query, positive, one negative), as ``embedkit mine`` writes them."""
+    rows = [{"query": q["text"], "positive": d["text"], "negatives": [DOCS[2]["text"]]} for q, d in zip(QUERIES, DOCS)]
+    (work / "mined.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return work / "mined.jsonl"
+
+
 def _gzip(work: Path, name: str, lines: list[str], truncate: bool = False) -> Path:
     data = gzip.compress(("\n".join(lines) + "\n").encode())
     return dataset(work, corpus=data[: len(data) // 2] if truncate else data, corpus_name=name)
@@ -259,6 +266,11 @@ CASES: list[tuple[str, Setup, str]] = [
         "train-into-user-folder",
         lambda w, a: (thesis(w), ["train", "-d", str(a["data"]), "-o", "thesis", "--max-steps", "1"])[1],
         r"thesis: option '--output': holds files embedkit did not write",
+    ),
+    (
+        "csr-k-above-the-latents",
+        lambda w, a: ["train", "--data", str(_mined(w)), "-o", "m", "--objective", "csr", "--csr-k", "1537"],
+        r"field 'csr_k': must be at most the auto-encoder's 1536 latents \(4 x the model's 384 dimensions\), not 1537",
     ),
     (
         "pretrain-into-user-folder",

@@ -66,7 +66,12 @@ def build_sparse_model(objective: str, model: str | None, max_length: int | None
         if max_length:
             dense.max_seq_length = max_length
         dim = dense.get_embedding_dimension()
-        latent = SparseAutoEncoder(dim, hidden_dim=4 * dim, k=csr_k, k_aux=2 * csr_k)
+        if csr_k > 4 * dim:
+            raise EmbedkitError(
+                f"must be at most the auto-encoder's {4 * dim} latents (4 x the model's {dim} dimensions), not {csr_k}",
+                field="csr_k",
+            )
+        latent = SparseAutoEncoder(dim, hidden_dim=4 * dim, k=csr_k, k_aux=min(2 * csr_k, 4 * dim))
         return SparseEncoder(modules=[*dense, latent]), started | {"hidden_dim": 4 * dim, "k": csr_k}
     documents = _splade_document_modules(path, max_length)
     started |= head_record(reference.path) if reference.path.is_dir() else {}
