@@ -70,3 +70,55 @@ def test_a_seeded_splade_run_repeats_to_the_bit(slice_mined, tmp_path):
     first, again, other = weights("a", 7), weights("b", 7), weights("c", 8)
     assert first.keys() == again.keys() and all(torch.equal(first[k], again[k]) for k in first)
     assert any(not torch.equal(first[k], other[k]) for k in first)
+
+
+def test_csr_ranks_at_a_temperature_where_its_codes_are_not_flat(scifact):
+    """Defect (issue 56): CSR's ranking term ran at scale 1, where the codes of unit vectors (norms near 0.6) have dot
+    products below 1, so its softmax was flat and the loss sat at chance (3.47 = log 32 all through the study's run).
+    The loss as training builds it, on 8 SciFact test queries with their relevant and another query's document through
+    the untrained CSR stack, is well below chance (about 1.7 against 2.77 here; about 2.70 at scale 1)."""
+    import math
+
+    import torch
+
+    from embedkit.train import TrainConfig
+    from embedkit.train.sparse import build_sparse_model, sparse_loss
+
+    qrels, queries = scifact.qrels("test"), scifact.split_queries("test")
+    query_ids = sorted(qrels)[:8]
+    relevant = [next(iter(qrels[query_id])) for query_id in query_ids]
+    documents = scifact.documents(relevant)
+    torch.manual_seed(0)
+    network, _ = build_sparse_model("csr", None, 128, 96)
+
+    def encode(texts: list[str]) -> torch.Tensor:
+        return network.encode(texts, convert_to_tensor=True, convert_to_sparse_tensor=False)
+
+    batch = [encode([queries[q] for q in query_ids]), encode([documents[d] for d in relevant])]
+    batch.append(encode([documents[d] for d in relevant[1:] + relevant[:1]]))
+    loss = sparse_loss(TrainConfig(output="unused", objective="csr", data="unused"), network)
+    assert float(loss.loss.compute_loss_from_embeddings(batch, None)) < math.log(16) - 0.5
+
+
+def test_csr_with_a_frozen_encoder_trains_the_auto_encoder_only(slice_mined, tmp_path):
+    """``--freeze-encoder``: CSR as published; the dense model's weights are the start model's to the bit, the
+    auto-encoder's are not its initial draw; another objective refuses the flag."""
+    import torch
+    from safetensors.torch import load_file
+
+    from embedkit.models.reference import default_model_path
+
+    args = ["--data", str(slice_mined), "--num-negatives", "1", "--drop-short-examples", "--max-steps", "3"]
+    done = embedkit_here("train", "--objective", "csr", "--freeze-encoder", *args, "--batch-size", "4",
+                         "--max-length", "32", "-o", str(tmp_path / "csr"))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    record = json.loads((tmp_path / "csr" / "embedkit_training.json").read_text())
+    assert record["base_model"]["encoder_frozen"] is True and record["config"]["freeze_encoder"] is True
+    start = load_file(str(default_model_path() / "model.safetensors"))
+    trained = {}
+    for file in (tmp_path / "csr").rglob("*.safetensors"):
+        trained |= {f"{file.parent.name}/{name}": t for name, t in load_file(str(file)).items()}
+    encoder = {name.split("/", 1)[1]: t for name, t in trained.items() if name.split("/", 1)[1] in start}
+    assert encoder and all(torch.equal(start[name], t) for name, t in encoder.items())
+    refused = embedkit_here("train", "--objective", "splade", "--freeze-encoder", *args, "-o", str(tmp_path / "s"))
+    assert refused.returncode == 2 and "freeze_encoder" in refused.stderr

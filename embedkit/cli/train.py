@@ -60,6 +60,9 @@ def train(
         Optional[float], typer.Option(help="Inference-free SPLADE: the query table's learning rate. [default: 1e-3]")
     ] = None,
     csr_k: Annotated[Optional[int], typer.Option(help="CSR: latents kept per vector. [default: 96]")] = None,
+    freeze_encoder: Annotated[
+        Optional[bool], typer.Option(help="CSR: train the sparse auto-encoder only, the dense model frozen.")
+    ] = None,
     scoring: Annotated[
         Optional[str], typer.Option(help="colbert: how it scores while training, colbert | xtr. [default: colbert]")
     ] = None,

@@ -49,6 +49,7 @@ class TrainConfig(RunConfig):
     csr_k: int = 96  # latents kept per vector by the sparse auto-encoder (csr)
     csr_beta: float = 0.1  # weight of CSR's auxiliary reconstruction loss
     csr_gamma: float = 1.0  # weight of CSR's ranking loss
+    freeze_encoder: bool = False  # csr: train the sparse auto-encoder only, the dense model frozen
     scoring: str = "colbert"  # how a late-interaction model scores while it trains (colbert | xtr)
     projection_dim: int = 128  # the token vectors' width, projected from the start model's (ColBERT's 128)
 
@@ -122,6 +123,9 @@ class TrainConfig(RunConfig):
             check_number(getattr(self, name), name, minimum=0, maximum=MAX_TEMPERATURE)
         check_number(self.query_learning_rate, "query_learning_rate", minimum=0, maximum=1)
         check_number(self.csr_k, "csr_k", minimum=1, maximum=MAX_DIM)
+        if self.freeze_encoder and self.objective != "csr":
+            message = f"freezes CSR's dense model; objective {self.objective} has none"
+            raise EmbedkitError(message, field="freeze_encoder")
         check_number(self.projection_dim, "projection_dim", minimum=1, maximum=MAX_DIM)
         if self.scoring not in SCORINGS:
             raise EmbedkitError(f"unknown scoring '{self.scoring}' ({' | '.join(SCORINGS)})", field="scoring")

@@ -23,7 +23,9 @@ class Recipe:
 
 
 def _sparse_model(config: Any) -> tuple[Any, Any, dict]:
-    network, started = build_sparse_model(config.objective, config.model, config.max_length, config.csr_k)
+    network, started = build_sparse_model(
+        config.objective, config.model, config.max_length, config.csr_k, config.freeze_encoder
+    )
     return network, sparse_loss(config, network), started
 
 

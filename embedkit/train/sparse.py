@@ -6,7 +6,8 @@ fine-tune (``anchor, positive, negative_1..n``):
   sentence-transformers' scheduler callback);
 - ``splade-inference-free``: documents through that head, queries only looked up (``SparseStaticEmbedding`` under a
   ``Router``), so a query costs what BM25's does; only documents are regularised;
-- ``csr``: a sparse auto-encoder (top-k latents) on the start model's own dense vector, ``CSRLoss``.
+- ``csr``: a sparse auto-encoder (top-k latents) on the start model's own dense vector, ``CSRLoss`` (its ranking
+  term at the dense temperature); ``freeze_encoder`` trains the auto-encoder alone, as the CSR paper does.
 
 A start model without an MLM head (all-MiniLM-L6-v2, the default) gets one initialised by transformers: the decoder
 tied to the word embeddings (as BERT's is), the transform and bias new; ``head_record`` says which tensors were new.
@@ -45,7 +46,9 @@ def _splade_document_modules(path: str, max_length: int | None) -> list[Any]:
     return [Transformer(path, transformer_task="fill-mask", processor_kwargs=limit), SpladePooling("max")]
 
 
-def build_sparse_model(objective: str, model: str | None, max_length: int | None, csr_k: int) -> tuple[Any, dict]:
+def build_sparse_model(
+    objective: str, model: str | None, max_length: int | None, csr_k: int, freeze_encoder: bool = False
+) -> tuple[Any, dict]:
     """The network to train and what it started from (a SparseEncoder folder is trained further as it is)."""
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.sparse_encoder import SparseEncoder
@@ -71,8 +74,11 @@ def build_sparse_model(objective: str, model: str | None, max_length: int | None
                 f"must be at most the auto-encoder's {4 * dim} latents (4 x the model's {dim} dimensions), not {csr_k}",
                 field="csr_k",
             )
+        if freeze_encoder:  # CSR as published: only the auto-encoder learns, so the dense model stays as it was
+            dense.requires_grad_(False)
         latent = SparseAutoEncoder(dim, hidden_dim=4 * dim, k=csr_k, k_aux=min(2 * csr_k, 4 * dim))
-        return SparseEncoder(modules=[*dense, latent]), started | {"hidden_dim": 4 * dim, "k": csr_k}
+        started |= {"hidden_dim": 4 * dim, "k": csr_k, "encoder_frozen": freeze_encoder}
+        return SparseEncoder(modules=[*dense, latent]), started
     documents = _splade_document_modules(path, max_length)
     started |= head_record(reference.path) if reference.path.is_dir() else {}
     if objective == "splade":
@@ -91,8 +97,11 @@ def sparse_loss(config: Any, network: Any) -> Any:
     if config.loss == "distill":  # the teacher's scores over positive and negatives; the student's dot products at
         # sentence-transformers' sparse temperature (2), not the dense cosine's 0.05
         ranking = losses.SparseDistillKLDivLoss(network, teacher_temperature=config.teacher_temperature)
+    elif config.objective == "csr":  # codes that rebuild a unit vector have dot products near 1 or below: at
+        # scale 1 their softmax is flat and the ranking loss stays at chance; the dense temperature's scale is not
+        ranking = losses.SparseMultipleNegativesRankingLoss(network, scale=1 / config.temperature)
     else:
-        ranking = losses.SparseMultipleNegativesRankingLoss(network)  # scale 1: sparse dot products are large already
+        ranking = losses.SparseMultipleNegativesRankingLoss(network)  # scale 1: SPLADE's dot products are large
     if config.objective == "csr":
         return losses.CSRLoss(network, loss=ranking, beta=config.csr_beta, gamma=config.csr_gamma)
     inference_free = config.objective == "splade-inference-free"
