@@ -234,3 +234,20 @@ def maxsim(path: Path) -> str:
                      f"{run['maxsim_share_of_multiply']:.0%}", _f(run["exact_index_queries_per_s"], 1)])  # fmt: skip
     header = ["threads", "multiply GFLOP/s", "MaxSim GFLOP/s", "MaxSim / multiply", "exact index queries/s"]
     return _table(header, rows)
+
+
+def sparse_diagnosis(path: Path) -> str:
+    """Each short run before and after its fix: the last logged ranking loss against chance, and the dev win rate."""
+    data = json.loads(path.read_text())
+    rows = []
+    for name, run in data["rows"].items():
+        ranking = run["loss_terms"][-1].get("base_loss") if run["loss_terms"] else None
+        table = run.get("query_table")
+        spread = f"{_f(table['min'], 3)} to {_f(table['max'], 3)} (the {_f(table['the'], 3)})" if table else ""
+        ranking = _f(ranking, 3) if ranking is not None else ""
+        active = _f(run["vocabulary_active_in_every_document"], 3)
+        rows.append([name, str(run["steps"]), ranking, _f(data["chance_loss"], 3), spread, active,
+                     run["relevant_beats_random"]])  # fmt: skip
+    header = ["run", "steps", "last ranking loss", "chance", "query weights ('the')", "vocabulary active in every doc",
+              "relevant beats random (dev)"]  # fmt: skip
+    return _table(header, rows)

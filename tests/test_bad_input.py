@@ -273,6 +273,11 @@ CASES: list[tuple[str, Setup, str]] = [
         r"field 'csr_k': must be at most the auto-encoder's 1536 latents \(4 x the model's 384 dimensions\), not 1537",
     ),
     (
+        "splade-from-a-model-without-an-mlm-head",
+        lambda w, a: ["train", "--data", str(_mined(w)), "-o", "m", "--objective", "splade"],
+        r"field 'model': .* has no MLM head for SPLADE to start from: train one first with the encoder frozen",
+    ),
+    (
         "pretrain-into-user-folder",
         lambda w, a: (thesis(w), ["pretrain", "-d", str(a["data"]), "-o", "thesis", "--max-steps", "1"])[1],
         r"thesis: option '--output': holds files embedkit did not write",

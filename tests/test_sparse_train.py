@@ -22,6 +22,7 @@ def test_a_sparse_model_trained_through_the_cli_loads_in_both_libraries(objectiv
 
     output = tmp_path / objective
     args = ["--data", str(slice_mined), "--num-negatives", "1", "--drop-short-examples", "--max-steps", "3"]
+    args += [] if objective == "csr" else ["--new-mlm-head"]  # the default model has none: the mechanics, not quality
     done = embedkit_here(
         "train", "--objective", objective, *args, "--batch-size", "4", "--max-length", "32", "-o", str(output)
     )
@@ -43,8 +44,8 @@ def test_a_sparse_model_trained_through_the_cli_loads_in_both_libraries(objectiv
 def test_a_splade_model_distils_the_mined_files_scores(slice_mined, tmp_path):
     """``--loss distill``: KL to the scores in the mined file (the mining model's here), through SpladeLoss."""
     args = ["--data", str(slice_mined), "--num-negatives", "2", "--drop-short-examples", "--max-steps", "2"]
-    done = embedkit_here("train", "--objective", "splade", "--loss", "distill", *args, "--batch-size", "4",
-                         "--max-length", "32", "-o", str(tmp_path / "m"))  # fmt: skip
+    done = embedkit_here("train", "--objective", "splade", "--new-mlm-head", "--loss", "distill", *args,
+                         "--batch-size", "4", "--max-length", "32", "-o", str(tmp_path / "m"))  # fmt: skip
     assert done.returncode == 0, done.stderr
     record = json.loads((tmp_path / "m" / "embedkit_training.json").read_text())
     assert record["steps"] == 2 and record["config"]["loss"] == "distill"
@@ -61,8 +62,9 @@ def test_a_seeded_splade_run_repeats_to_the_bit(slice_mined, tmp_path):
     from embedkit.train import TrainConfig, train
 
     def weights(name: str, seed: int) -> dict[str, torch.Tensor]:
-        config = TrainConfig(output=str(tmp_path / name), objective="splade", data=str(slice_mined), num_negatives=1,
-                             drop_short_examples=True, batch_size=4, max_length=32, max_steps=1, seed=seed)  # fmt: skip
+        config = TrainConfig(output=str(tmp_path / name), objective="splade", new_mlm_head=True, data=str(slice_mined),
+                             num_negatives=1, drop_short_examples=True, batch_size=4, max_length=32, max_steps=1,
+                             seed=seed)  # fmt: skip
         torch.rand(int(torch.randint(1, 50, ())))  # the host's generator somewhere else each time
         train(config)
         return {k: v for file in sorted((tmp_path / name).rglob("*.safetensors")) for k, v in load_file(file).items()}
@@ -122,3 +124,50 @@ def test_csr_with_a_frozen_encoder_trains_the_auto_encoder_only(slice_mined, tmp
     assert encoder and all(torch.equal(start[name], t) for name, t in encoder.items())
     refused = embedkit_here("train", "--objective", "splade", "--freeze-encoder", *args, "-o", str(tmp_path / "s"))
     assert refused.returncode == 2 and "freeze_encoder" in refused.stderr
+
+
+def test_inference_free_queries_start_at_the_documents_idf(slice_mined, tmp_path):
+    """Defect (issue 56): the query table started at 1 for every word and one step moves a weight by about the
+    learning rate, so after the study's 94 steps stopwords and punctuation still weighed what rare terms did. It now
+    starts at BM25's idf over the training documents (with the table's learning rate 0 here, it stays there)."""
+    import math
+
+    from sentence_transformers.sparse_encoder import SparseEncoder
+
+    args = ["--data", str(slice_mined), "--num-negatives", "1", "--drop-short-examples", "--max-steps", "1"]
+    done = embedkit_here("train", "--objective", "splade-inference-free", "--new-mlm-head", *args,
+                         "--query-learning-rate", "0", "--batch-size", "4", "--max-length", "32",
+                         "-o", str(tmp_path / "m"))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    record = json.loads((tmp_path / "m" / "embedkit_training.json").read_text())
+    documents = {text for row in map(json.loads, slice_mined.read_text().splitlines())
+                 for text in [row["positive"], *row["negatives"][:1]] if len(row["negatives"]) >= 1}  # fmt: skip
+    assert record["base_model"]["query_weights_start"] == f"BM25 idf over the {len(documents)} training documents"
+    table = SparseEncoder(str(tmp_path / "m"))[0].sub_modules["query"][0]
+    weight = dict(zip(table.tokenizer.convert_ids_to_tokens(range(len(table.weight))), table.weight.tolist()))
+    assert weight["the"] < 1 < weight["mortality"]
+    assert weight["[unused5]"] == pytest.approx(math.log1p((len(documents) + 0.5) / 0.5))  # in no document
+
+
+def test_splade_starts_from_an_mlm_head_trained_with_the_encoder_frozen(scifact_subset, slice_mined, tmp_path):
+    """The route the refusal names: ``pretrain --objective mlm`` with every step a head warm-up keeps the default
+    model's encoder to the bit and gives it a trained MLM head, which SPLADE then starts from (no new head drawn)."""
+    import torch
+    from safetensors.torch import load_file
+
+    from embedkit.models.reference import default_model_path
+
+    head = tmp_path / "mlm-head"
+    warm = embedkit_here("pretrain", "--objective", "mlm", "--dataset", scifact_subset, "--head-warmup-steps", "2",
+                         "--max-steps", "2", "--batch-size", "4", "--max-length", "32", "-o", head)  # fmt: skip
+    assert warm.returncode == 0, warm.stderr
+    start = load_file(str(default_model_path() / "model.safetensors"))
+    warmed = load_file(str(head / "model.safetensors"))
+    assert all(torch.equal(t, warmed[f"bert.{name}"]) for name, t in start.items() if f"bert.{name}" in warmed)
+    assert any(name.startswith("cls.") for name in warmed)
+    args = ["--data", str(slice_mined), "--num-negatives", "1", "--drop-short-examples", "--max-steps", "1"]
+    done = embedkit_here("train", "--objective", "splade", "--model", head, *args, "--batch-size", "4",
+                         "--max-length", "32", "-o", tmp_path / "splade")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    record = json.loads((tmp_path / "splade" / "embedkit_training.json").read_text())
+    assert record["base_model"]["start_has_mlm_head"] is True and record["base_model"]["initialised"] is None

@@ -63,6 +63,10 @@ def train(
     freeze_encoder: Annotated[
         Optional[bool], typer.Option(help="CSR: train the sparse auto-encoder only, the dense model frozen.")
     ] = None,
+    new_mlm_head: Annotated[
+        Optional[bool],
+        typer.Option(help="SPLADE: start from a model without an MLM head by drawing a random one (not advised)."),
+    ] = None,
     scoring: Annotated[
         Optional[str], typer.Option(help="colbert: how it scores while training, colbert | xtr. [default: colbert]")
     ] = None,

@@ -17,6 +17,8 @@ import json
 import logging
 import os
 import pickle
+import signal
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +36,7 @@ RAY_MISSING = "--executor ray needs Ray Data; install it with: pip install 'embe
 # Scheduling weight of a read-and-tokenize task: small, so the actors never leave the tasks that feed them no CPU.
 READ_TASK_CPUS = 0.25
 RAY_LOG_VARIABLE = "RAY_BACKEND_LOG_LEVEL"
+USAGE_STATS_VARIABLE = "RAY_USAGE_STATS_ENABLED"
 
 
 @dataclass(frozen=True)
@@ -130,16 +133,19 @@ class RayExecutor:
     def _start(self, ray: Any) -> Callable[[], None] | None:
         """Connect to (or start) the cluster; when this call started it, the function that shuts it down.
 
-        The settings made here last only while the encode runs: the log level variable is read by the Ray
-        processes ``ray.init`` starts, so it is put back as soon as it returns; the ``ray.data`` logger's level, the
-        data context's flags and the variables ``ray.init`` itself sets in this process (``PYTHONBREAKPOINT``,
+        The settings made here last only while the encode runs: the log level and usage statistics variables
+        (usage reports off unless the user's environment turns them on) are read by ``ray.init`` and the processes
+        it starts, so they are put back as soon as it returns; the ``ray.data`` logger's level, the data context's
+        flags, the SIGTERM handler and the variables ``ray.init`` itself sets in this process (``PYTHONBREAKPOINT``,
         ``RAY_USAGE_STATS_ENABLED``) are put back by the returned function, after the shutdown.
         """
         if ray.is_initialized():
             return None
         local = self.settings.address is None
         before = dict(os.environ)
+        terminate = signal.getsignal(signal.SIGTERM)  # ray.init puts its own handler in the driver
         os.environ.setdefault(RAY_LOG_VARIABLE, "error")  # keep the C++ workers' warnings off the terminal
+        os.environ.setdefault(USAGE_STATS_VARIABLE, "0")  # Ray reports usage only where the user turned it on
         try:
             ray.init(
                 address=self.settings.address,
@@ -149,8 +155,9 @@ class RayExecutor:
                 logging_level=logging.WARNING,
             )
         finally:
-            if RAY_LOG_VARIABLE not in before:
-                os.environ.pop(RAY_LOG_VARIABLE, None)
+            for name in (RAY_LOG_VARIABLE, USAGE_STATS_VARIABLE):
+                if name not in before:
+                    os.environ.pop(name, None)
         set_by_ray = {name: value for name, value in os.environ.items() if before.get(name) != value}
         logger = logging.getLogger("ray.data")
         level = logger.level
@@ -165,6 +172,8 @@ class RayExecutor:
             try:
                 ray.shutdown()
             finally:
+                if threading.current_thread() is threading.main_thread():  # where ray.init could set it
+                    signal.signal(signal.SIGTERM, terminate)
                 logger.setLevel(level)
                 for name, value in saved.items():
                     setattr(context, name, value)

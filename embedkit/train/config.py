@@ -50,6 +50,7 @@ class TrainConfig(RunConfig):
     csr_beta: float = 0.1  # weight of CSR's auxiliary reconstruction loss
     csr_gamma: float = 1.0  # weight of CSR's ranking loss
     freeze_encoder: bool = False  # csr: train the sparse auto-encoder only, the dense model frozen
+    new_mlm_head: bool = False  # splade: start from a model without an MLM head by drawing a new one (not advised)
     scoring: str = "colbert"  # how a late-interaction model scores while it trains (colbert | xtr)
     projection_dim: int = 128  # the token vectors' width, projected from the start model's (ColBERT's 128)
 
@@ -134,6 +135,10 @@ class TrainConfig(RunConfig):
         for name in ("matryoshka_dims", "mini_batch_size", "soup_last", "merge_with_base", "transfer_datasets"):
             if getattr(self, name) not in (None, [], False):
                 raise EmbedkitError(f"a dense bi-encoder setting; not for {self.objective} (yet)", field=name)
+        if self.objective in ("splade", "splade-inference-free") and not self.new_mlm_head:  # last: reads the model
+            from embedkit.train.sparse import require_mlm_head
+
+            require_mlm_head(self.model)
 
     def _check_weights(self) -> None:
         """Transfer, soups and merges: bi-encoder settings; an automatic alpha is chosen on the dev set."""

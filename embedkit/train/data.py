@@ -106,6 +106,12 @@ def beir_pairs(dataset: BeirDataset, split: str = "train") -> datasets.Dataset:
     return datasets.Dataset.from_dict({"anchor": anchors, "positive": positives, QUERY_ID: query_ids})
 
 
+def document_texts(examples: datasets.Dataset) -> list[str]:
+    """The distinct documents of training examples (their positive and negative columns), in first-seen order."""
+    columns = [name for name in examples.column_names if name == "positive" or name.startswith("negative_")]
+    return list(dict.fromkeys(text for name in columns for text in examples[name]))
+
+
 def dev_query_ids(query_ids: list[str], fraction: float, seed: int) -> list[str]:
     """A seeded ``fraction`` of the distinct query ids (at least one, never all), sorted."""
     distinct = sorted(set(query_ids))

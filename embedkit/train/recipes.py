@@ -10,6 +10,7 @@ from typing import Any
 
 from sentence_transformers.base.sampler import BatchSamplers
 
+from embedkit.train.data import document_texts
 from embedkit.train.multivector import build_multivector_model, multivector_loss
 from embedkit.train.sparse import build_sparse_model, sparse_arguments, sparse_loss
 
@@ -17,14 +18,16 @@ from embedkit.train.sparse import build_sparse_model, sparse_arguments, sparse_l
 @dataclass(frozen=True)
 class Recipe:
     retriever: str  # evaluate's --retriever for the trained model
-    model_and_loss: Callable[[Any], tuple[Any, Any, dict]]  # config -> (network, loss, what it started from)
+    # (config, the training examples) -> (network, loss, what it started from)
+    model_and_loss: Callable[[Any, Any], tuple[Any, Any, dict]]
     trainer: Callable[[], type]
     arguments: Callable[[dict, Any], Any]  # (the shared arguments, config) -> the Trainer's arguments
 
 
-def _sparse_model(config: Any) -> tuple[Any, Any, dict]:
+def _sparse_model(config: Any, examples: Any) -> tuple[Any, Any, dict]:
+    documents = document_texts(examples) if config.objective == "splade-inference-free" else None
     network, started = build_sparse_model(
-        config.objective, config.model, config.max_length, config.csr_k, config.freeze_encoder
+        config.objective, config.model, config.max_length, config.csr_k, config.freeze_encoder, documents
     )
     return network, sparse_loss(config, network), started
 
@@ -42,7 +45,7 @@ def _sparse_arguments(arguments: dict, config: Any) -> Any:
     return SparseEncoderTrainingArguments(**arguments, **extra)
 
 
-def _multivector_model(config: Any) -> tuple[Any, Any, dict]:
+def _multivector_model(config: Any, examples: Any) -> tuple[Any, Any, dict]:
     network, started = build_multivector_model(config.model, config.max_length, config.projection_dim, config.seed)
     return network, multivector_loss(config, network), started
 

@@ -5,7 +5,8 @@ fine-tune (``anchor, positive, negative_1..n``):
   hard negatives, FLOPS regularisation of queries and documents, its weights warmed up quadratically by
   sentence-transformers' scheduler callback);
 - ``splade-inference-free``: documents through that head, queries only looked up (``SparseStaticEmbedding`` under a
-  ``Router``), so a query costs what BM25's does; only documents are regularised;
+  ``Router``, its weights starting at the training documents' idf), so a query costs what BM25's does; only
+  documents are regularised;
 - ``csr``: a sparse auto-encoder (top-k latents) on the start model's own dense vector, ``CSRLoss`` (its ranking
   term at the dense temperature); ``freeze_encoder`` trains the auto-encoder alone, as the CSR paper does.
 
@@ -39,6 +40,23 @@ def head_record(path: Path) -> dict[str, Any]:
     return {"start_has_mlm_head": has_head, "initialised": None if has_head else new}
 
 
+def require_mlm_head(model: str | None) -> None:
+    """Refuse SPLADE from a checkpoint without an MLM head (unless ``new_mlm_head``): a new head is random, and its
+    log-saturated logits light up most of the vocabulary in every document, which SPLADE's few steps never undo."""
+    from embedkit.models.sparse_model import is_sparse_folder
+
+    reference = resolve_model(model, None)
+    path = reference.path
+    if not path.is_dir() or is_sparse_folder(path) or head_record(path)["start_has_mlm_head"]:
+        return
+    raise EmbedkitError(
+        f"{reference.name} has no MLM head for SPLADE to start from: train one first with the encoder frozen "
+        f"(embedkit pretrain --objective mlm --model {reference.name} --head-warmup-steps N --max-steps N -o DIR) "
+        "and train from DIR, or pass --new-mlm-head to start from a random one",
+        field="model",
+    )
+
+
 def _splade_document_modules(path: str, max_length: int | None) -> list[Any]:
     from sentence_transformers.sparse_encoder.modules import SpladePooling, Transformer
 
@@ -46,8 +64,28 @@ def _splade_document_modules(path: str, max_length: int | None) -> list[Any]:
     return [Transformer(path, transformer_task="fill-mask", processor_kwargs=limit), SpladePooling("max")]
 
 
+def document_idf(documents: list[str], tokenizer: Any) -> Any:
+    """BM25's idf of every vocabulary entry over ``documents`` (a text counts once per entry): where the inference-free
+    query table starts (opensearch's recipe), so a query's rare terms outweigh its stopwords from the first step. (All
+    ones, as sentence-transformers starts it, barely moves: one step moves a weight by about the learning rate.)"""
+    import numpy as np
+    import torch
+
+    frequency = np.zeros(len(tokenizer.get_vocab()), dtype=np.float64)
+    for start in range(0, len(documents), 1024):
+        for ids in tokenizer(documents[start : start + 1024], add_special_tokens=False)["input_ids"]:
+            frequency[np.unique(np.asarray(ids, dtype=np.int64))] += 1
+    count = len(documents)
+    return torch.tensor(np.log1p((count - frequency + 0.5) / (frequency + 0.5)), dtype=torch.float32)
+
+
 def build_sparse_model(
-    objective: str, model: str | None, max_length: int | None, csr_k: int, freeze_encoder: bool = False
+    objective: str,
+    model: str | None,
+    max_length: int | None,
+    csr_k: int,
+    freeze_encoder: bool = False,
+    documents: list[str] | None = None,
 ) -> tuple[Any, dict]:
     """The network to train and what it started from (a SparseEncoder folder is trained further as it is)."""
     from sentence_transformers import SentenceTransformer
@@ -79,13 +117,18 @@ def build_sparse_model(
         latent = SparseAutoEncoder(dim, hidden_dim=4 * dim, k=csr_k, k_aux=min(2 * csr_k, 4 * dim))
         started |= {"hidden_dim": 4 * dim, "k": csr_k, "encoder_frozen": freeze_encoder}
         return SparseEncoder(modules=[*dense, latent]), started
-    documents = _splade_document_modules(path, max_length)
+    modules = _splade_document_modules(path, max_length)
     started |= head_record(reference.path) if reference.path.is_dir() else {}
     if objective == "splade":
-        return SparseEncoder(modules=documents, similarity_fn_name="dot"), started
-    queries = SparseStaticEmbedding(documents[0].tokenizer, frozen=False)  # every word weighs 1 until trained
-    router = Router.for_query_document(query_modules=[queries], document_modules=documents)
-    return SparseEncoder(modules=[router], similarity_fn_name="dot"), started | {"query_weights_start": 1.0}
+        return SparseEncoder(modules=modules, similarity_fn_name="dot"), started
+    tokenizer = modules[0].tokenizer
+    if documents:
+        queries = SparseStaticEmbedding(tokenizer, document_idf(documents, tokenizer), frozen=False)
+        started |= {"query_weights_start": f"BM25 idf over the {len(documents)} training documents"}
+    else:
+        queries, started["query_weights_start"] = SparseStaticEmbedding(tokenizer, frozen=False), 1.0
+    router = Router.for_query_document(query_modules=[queries], document_modules=modules)
+    return SparseEncoder(modules=[router], similarity_fn_name="dot"), started
 
 
 def sparse_loss(config: Any, network: Any) -> Any:

@@ -147,7 +147,7 @@ def _model_and_loss(config: TrainConfig, examples: datasets.Dataset, world_size:
 
 def _new_model_and_loss(config: TrainConfig, examples: datasets.Dataset, world_size: int) -> tuple[Any, Any, Any, dict]:
     if config.family is not None:
-        network, loss, started = RECIPES[config.family].model_and_loss(config)
+        network, loss, started = RECIPES[config.family].model_and_loss(config, examples)
         return network, loss, examples, started
     if config.cross_encoder:
         network, started = load_cross_encoder(config.model, config.max_length)
@@ -219,6 +219,12 @@ def _train_run(config: TrainConfig, run: TrainingRun, args: Any) -> Path:
         "train_seconds": result.metrics.get("train_runtime", 0.0),
         "train_loss": result.metrics.get("train_loss"),
         "loss_history": [row["loss"] for row in trainer.state.log_history if "loss" in row],
+        # a combined loss's terms as logged (SPLADE's ranking and FLOPS terms, CSR's ranking and reconstruction)
+        "loss_terms": [
+            {name: value for name, value in row.items() if name.endswith("_loss")}
+            for row in trainer.state.log_history
+            if "loss" in row
+        ],
         "dev_curve": dev_curve(trainer.state.log_history, evaluator),
         "best_checkpoint": best_checkpoint(trainer.state) if evaluator is not None else None,
         "weights": weights,
