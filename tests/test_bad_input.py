@@ -152,11 +152,24 @@ def _bm25(ds: Path, *extra: str) -> list[str]:
     return ["evaluate", "-d", str(ds), "-o", "out", "--retriever", "bm25", *extra]
 
 
-def _mined(work: Path) -> Path:
-    """Two training rows (query, positive, one negative), as ``embedkit mine`` writes them."""
-    rows = [{"query": q["text"], "positive": d["text"], "negatives": [DOCS[2]["text"]]} for q, d in zip(QUERIES, DOCS)]
+def _mined(work: Path, sidecar: bool = False) -> Path:
+    """Two training rows (query, positive, one negative, with their ids), as ``embedkit mine`` writes them."""
+    negative = {"negative_ids": [DOCS[2]["_id"]], "negatives": [DOCS[2]["text"]]}
+    rows = [{"query_id": q["_id"], "query": q["text"], "positive_id": d["_id"], "positive": d["text"], **negative}
+            for q, d in zip(QUERIES, DOCS)]  # fmt: skip
     (work / "mined.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    if sidecar:
+        from embedkit.train.mined import MINED_FORMAT
+
+        (work / "mined.jsonl.meta.json").write_text(json.dumps({"format": MINED_FORMAT}))
     return work / "mined.jsonl"
+
+
+def _run(work: Path, stranger: str) -> Path:
+    """A TREC run over the mined queries whose second line names ``stranger`` as a document."""
+    lines = ["q1 Q0 d1 1 2.0 t", f"q1 Q0 {stranger} 2 1.5 t", "q2 Q0 d2 1 3.0 t"]
+    (work / "run.trec").write_text("\n".join(lines) + "\n")
+    return work / "run.trec"
 
 
 def _gzip(work: Path, name: str, lines: list[str], truncate: bool = False) -> Path:
@@ -276,6 +289,12 @@ CASES: list[tuple[str, Setup, str]] = [
         "splade-from-a-model-without-an-mlm-head",
         lambda w, a: ["train", "--data", str(_mined(w)), "-o", "m", "--objective", "splade"],
         r"field 'model': .* has no MLM head for SPLADE to start from: train one first with the encoder frozen",
+    ),
+    (
+        "teacher-run-with-ids-not-in-the-corpus",
+        lambda w, a: ["rescore", "--mined", str(_mined(w, True)), "--teacher-run", str(_run(w, "nope")), "-d",
+                      str(dataset(w)), "-o", "scored.jsonl"],
+        r"run\.trec:2: field 'doc id': 'nope' is not in the dataset's corpus",
     ),
     (
         "pretrain-into-user-folder",

@@ -2,7 +2,9 @@
 reads, and a negative it scores near or above the positive is dropped as a likely false negative (NV-Retriever's
 positive-aware filter, Moreira et al., 2024, with a teacher's probabilities instead of the student's cosines).
 
-``mine --teacher`` applies it while mining; ``rescore_mined`` applies it to a mined file that already exists.
+``mine --teacher`` applies it while mining; ``rescore_mined`` applies it to a mined file that already exists. A
+teacher can also be a run (``run_scored``): a retriever's scores for each query's documents, such as a fusion of BM25
+and a dense model, which is what distillation from an ensemble reads.
 """
 
 from __future__ import annotations
@@ -83,3 +85,59 @@ def rescore_mined(
         "rescored_from": {"path": str(source), "sha256": sha256_file(source)},
     }
     return write_mined_file(output, records, meta, overwrite), dropped
+
+
+def run_scored(
+    records: list[dict[str, Any]], run: dict[str, dict[str, float]], path: Path, lines: list[int]
+) -> tuple[list[dict[str, Any]], int]:
+    """Each record (at ``lines`` of ``path``) with ``scores`` read from ``run`` for its positive and negatives, by
+    id, and how many were not in the run's list for their query: those score the query's lowest listed score (they
+    ranked below all of them)."""
+    scored, floored = [], 0
+    for number, record in zip(lines, records):
+        missing = [key for key in ("query_id", "positive_id", "negative_ids") if key not in record]
+        if missing:
+            message = "a run teacher scores by id, as 'embedkit mine' writes them"
+            raise EmbedkitError(message, path=path, line=number, field=missing[0])
+        hits = run.get(record["query_id"])
+        if not hits:
+            message = f"query '{record['query_id']}' is not in the teacher's run"
+            raise EmbedkitError(message, path=path, line=number, field="query_id")
+        floor = min(hits.values())
+        ids = [record["positive_id"], *record["negative_ids"]]
+        floored += sum(doc_id not in hits for doc_id in ids)
+        scored.append({**record, "scores": [hits.get(doc_id, floor) for doc_id in ids]})
+    return scored, floored
+
+
+def check_run_ids(path: Path, run: dict[str, dict[str, float]], corpus_ids: set[str]) -> None:
+    """Refuse a run naming a document the corpus does not hold, at its first line."""
+    from embedkit.data.jsonl import read_lines_of
+
+    if all(doc_id in corpus_ids for hits in run.values() for doc_id in hits):
+        return
+    for number, line in read_lines_of(path):
+        parts = line.split()
+        if len(parts) == 6 and parts[2] not in corpus_ids:
+            raise EmbedkitError(f"'{parts[2]}' is not in the dataset's corpus", path=path, line=number, field="doc id")
+
+
+def rescore_mined_from_run(
+    source: str | Path, output: str | Path, run_path: str | Path, corpus_ids: set[str], overwrite: bool = False
+) -> tuple[Path, int]:
+    """Write ``source``'s examples scored by the run at ``run_path`` (see ``run_scored``) to ``output``; the sidecar
+    records the run's path and sha256 and how many scores were floored."""
+    from embedkit.data.trec import read_run
+
+    source, output, run_path = Path(source), Path(output), Path(run_path)
+    records, meta = read_mined(source)
+    run = read_run(run_path)
+    check_run_ids(run_path, run, corpus_ids)
+    lines = [number for number, _ in read_records(source, ("query", "positive", "negatives"))]
+    records, floored = run_scored(records, run, source, lines)
+    meta = {key: value for key, value in meta.items() if key != "jsonl_sha256"}
+    meta |= {
+        "teacher": {"run": str(run_path), "sha256": sha256_file(run_path), "floored_scores": floored},
+        "rescored_from": {"path": str(source), "sha256": sha256_file(source)},
+    }
+    return write_mined_file(output, records, meta, overwrite), floored
