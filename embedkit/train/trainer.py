@@ -221,7 +221,7 @@ def _train_run(config: TrainConfig, run: TrainingRun, args: Any) -> Path:
         "loss_history": [row["loss"] for row in trainer.state.log_history if "loss" in row],
         # a combined loss's terms as logged (SPLADE's ranking and FLOPS terms, CSR's ranking and reconstruction)
         "loss_terms": [
-            {name: value for name, value in row.items() if name.endswith("_loss")}
+            {name: value for name, value in row.items() if "loss" in name and name != "loss"}
             for row in trainer.state.log_history
             if "loss" in row
         ],
