@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -89,6 +90,7 @@ def _wait(started: dict, timeout: float, kill: bool = True) -> dict:
         time.sleep(0.02)
     with open(started["out"], errors="replace") as out, open(started["err"], errors="replace") as err:
         found = {"stdout": out.read(), "stderr": err.read()}
+    shutil.rmtree(os.path.dirname(started["out"]), ignore_errors=True)  # the child's output files, read
     return {
         **found,
         "code": os.waitstatus_to_exitcode(status),
